@@ -1,0 +1,279 @@
+"""Every rule of SPEC §2.1/§2.2 (and PA-K01, PA-S00): a case that fires it and a near miss.
+
+Each case is a policy as a user writes it, admitted against the shared example cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from yaml_state import CLUSTER, POLICY_CRDS, config_of, one, store_of
+
+from webhook.core import admission
+from webhook.core.findings import Verdict
+from webhook.core.refs import GroupKind, key_of
+from webhook.core.ruletable import RULES
+from webhook.core.settings import Settings
+from webhook.core.store import Store
+
+
+def admit(store: Store, text: str, settings: Settings | None = None) -> Verdict:
+    obj = one(text)
+    key = key_of(obj)
+    assert key is not None
+    return admission.check_policy(
+        obj, GroupKind(key.group, key.kind), view=store, settings=settings or Settings()
+    )
+
+
+def fired(verdict: Verdict) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for judged in verdict.judged:
+        out.setdefault(judged.finding.rule_id, []).append(judged.finding.field)
+    return out
+
+
+def retry(spec: str, namespace: str = "apps", name: str = "p") -> str:
+    return f"""
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+{spec}
+"""
+
+
+def health(spec: str) -> str:
+    return f"""
+apiVersion: policies.example.com/v1alpha1
+kind: HealthCheckPolicy
+metadata: {{name: h, namespace: apps}}
+spec:
+{spec}
+"""
+
+
+ROUTE = "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}]\n"
+SVC = "  targetRefs: [{group: '', kind: Service, name: foo}]\n"
+
+# (rule, expected field, policy that fires it, near miss that must not)
+CASES: list[tuple[str, str, str, str]] = [
+    ("PA-S01", "spec.targetRef",
+     retry("  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}\n" + ROUTE + "  default: {maxRetries: 1}"),
+     retry("  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}\n  default: {maxRetries: 1}")),
+    ("PA-S02", "spec.targetRefs", retry("  targetRefs: []\n  default: {maxRetries: 1}"), retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-S03", "spec.targetRefs",
+     retry("  targetRefs:\n" + "".join(f"  - {{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r{i}}}\n" for i in range(17)) + "  default: {maxRetries: 1}"),
+     retry("  targetRefs:\n" + "".join(f"  - {{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r{i}}}\n" for i in range(16)) + "  default: {maxRetries: 1}")),
+    ("PA-S04", "spec.targetRefs[0].kind",
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: Http Route, name: storefront}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-S04", "spec.targetRefs[0].group",
+     retry("  targetRefs: [{group: gateway.networking.k8s.io/v1, kind: HTTPRoute, name: storefront}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-S04", "spec.targetRefs[0].group",
+     retry("  targetRefs: [{kind: HTTPRoute, name: storefront}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-S05", "spec.targetRefs[1]",
+     retry("  targetRefs:\n  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, namespace: infra}\n"
+           "  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, namespace: infra}\n  default: {maxRetries: 1}", namespace="infra"),
+     retry("  targetRefs:\n  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: http}\n"
+           "  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: https}\n  default: {maxRetries: 1}", namespace="infra")),
+    ("PA-S06", "spec.default", health(SVC + "  default: {path: /healthz}"), health(SVC + "  path: /healthz")),
+    ("PA-S07", "spec", retry(ROUTE + "  default: {maxRetries: 1}\n  defaults: {retryOn: ['502']}"),
+     retry(ROUTE + "  defaults: {maxRetries: 1}\n  overrides: {retryOn: ['502']}")),
+    ("PA-S08", "spec.override", retry(ROUTE + "  override: 3"), retry(ROUTE + "  override: {maxRetries: 3}")),
+    ("PA-S09", "spec.maxRetries", retry(ROUTE + "  maxRetries: 2\n  default: {retryOn: ['502']}"), retry(ROUTE + "  default: {maxRetries: 2, retryOn: ['502']}")),
+    ("PA-S10", "spec.default", retry(ROUTE + "  default: {}"), retry(ROUTE + "  default: {maxRetries: 0}")),
+    ("PA-S10", "spec", retry(ROUTE.rstrip()), retry(ROUTE + "  maxRetries: 2")),
+    ("PA-S11", "spec.default.maxRetries", retry(ROUTE + "  default: {maxRetries: 1}\n  override: {maxRetries: 2}"),
+     retry(ROUTE + "  default: {maxRetries: 1}\n  override: {retryOn: ['502']}")),
+    ("PA-S11", "spec.default.backoff.baseInterval",
+     retry(ROUTE + "  default: {backoff: {baseInterval: 1s}}\n  override: {backoff: {baseInterval: 2s}}"),
+     retry(ROUTE + "  default: {backoff: {baseInterval: 1s}}\n  override: {backoff: {maxInterval: 2s}}")),
+    ("PA-T01", "spec.targetRefs[0].kind", retry("  targetRefs: [{group: '', kind: ConfigMap, name: x}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-T02", "spec.targetRefs",
+     health("  targetRefs:\n  - {group: '', kind: Service, name: foo}\n  - {group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}\n  path: /"),
+     health("  targetRefs:\n  - {group: '', kind: Service, name: foo}\n  - {group: '', kind: Service, name: foo, sectionName: https}\n  path: /")),
+    ("PA-T03", "spec.targetRefs[0].namespace",
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront, namespace: apps}]\n  default: {maxRetries: 1}", namespace="shop"),
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront, namespace: apps}]\n  default: {maxRetries: 1}", namespace="infra")),
+    ("PA-T04", "spec.targetRefs[0].name", retry("  targetRefs: [{group: '', kind: Namespace, name: infra}]\n  default: {maxRetries: 1}"),
+     retry("  targetRefs: [{group: '', kind: Namespace, name: apps}]\n  default: {maxRetries: 1}")),
+    ("PA-T04", "spec.targetRefs[0].kind", retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: GatewayClass, name: acme}]\n  default: {maxRetries: 1}"),
+     """
+apiVersion: policies.example.com/v1alpha1
+kind: ConnectionLimitPolicy
+metadata: {name: limits}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: GatewayClass, name: acme}]
+  override: {maxConnections: 100}
+"""),
+    ("PA-T05", "spec.targetRefs[0].sectionName", retry("  targetRefs: [{group: '', kind: Namespace, name: apps, sectionName: x}]\n  default: {maxRetries: 1}"),
+     retry("  targetRefs: [{group: '', kind: Service, name: foo, sectionName: http}]\n  default: {maxRetries: 1}")),
+    ("PA-T06", "spec.targetRefs[0]", retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-T07", "spec.targetRefs[0].sectionName",
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: grpc}]\n  default: {maxRetries: 1}", namespace="infra"),
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: https}]\n  default: {maxRetries: 1}", namespace="infra")),
+    ("PA-T09", "spec.targetRefs[0].kind", retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: httproute, name: storefront}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-K01", "",
+     """
+apiVersion: vendor.example.org/v1
+kind: MysteryPolicy
+metadata: {name: m, namespace: apps}
+spec:
+  targetRefs: [{group: '', kind: Service, name: foo}]
+  default: {x: 1}
+""",
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rule", "field", "bad", "near_miss"), CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES]
+)
+def test_rule_fires_on_its_case_and_not_on_the_near_miss(
+    cluster: Store, rule: str, field: str, bad: str, near_miss: str
+) -> None:
+    assert field in fired(admit(cluster, bad)).get(rule, []), fired(admit(cluster, bad))
+    assert rule not in fired(admit(cluster, near_miss)), fired(admit(cluster, near_miss))
+
+
+def test_every_rule_of_the_table_is_covered_by_a_case_or_a_dedicated_test() -> None:
+    covered = {case[0] for case in CASES} | DEDICATED
+    assert {rule.id for rule in RULES if not rule.id.startswith("PA-C")} <= covered
+
+
+DEDICATED = {"PA-S00", "PA-S12", "PA-S13", "PA-S14", "PA-T08"}
+
+
+def test_unreadable_spec_is_denied_not_a_crash(cluster: Store) -> None:
+    verdict = admit(
+        cluster,
+        "apiVersion: policies.example.com/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p, namespace: apps}\nspec: just a string\n",
+    )
+    assert not verdict.allowed
+    assert fired(verdict) == {"PA-S00": ["spec"]}
+
+
+PROFILE = """
+kinds:
+- group: policies.example.com
+  kind: RetryPolicy
+  exclusiveStanzas: true
+  wrapperSpelling: plural
+  overridesForbiddenOn: [{group: gateway.networking.k8s.io, kind: HTTPRoute}]
+"""
+
+
+def test_exclusive_stanzas_profile_denies_default_with_override() -> None:
+    store = store_of(POLICY_CRDS, CLUSTER, config=config_of(PROFILE))
+    both = retry(ROUTE.replace("HTTPRoute, name: storefront", "Gateway, name: gw, namespace: infra")
+                 + "  defaults: {maxRetries: 1}\n  overrides: {retryOn: ['502']}")  # fmt: skip
+    assert "PA-S12" in fired(admit(store, both))
+    assert "PA-S12" not in fired(admit(store, retry(ROUTE + "  defaults: {maxRetries: 1}")))
+
+
+def test_override_on_a_kind_the_profile_forbids_is_denied() -> None:
+    store = store_of(POLICY_CRDS, CLUSTER, config=config_of(PROFILE))
+    assert "PA-S13" in fired(admit(store, retry(ROUTE + "  overrides: {maxRetries: 1}")))
+    assert "PA-S13" not in fired(admit(store, retry(ROUTE + "  defaults: {maxRetries: 1}")))
+
+
+def test_wrapper_spelling_the_profile_does_not_allow_is_denied() -> None:
+    store = store_of(POLICY_CRDS, CLUSTER, config=config_of(PROFILE))
+    assert fired(admit(store, retry(ROUTE + "  default: {maxRetries: 1}")))["PA-S14"] == ["spec"]
+    assert "PA-S14" not in fired(admit(store, retry(ROUTE + "  defaults: {maxRetries: 1}")))
+
+
+def test_target_being_deleted_warns(cluster: Store) -> None:
+    route = dict(
+        cluster.get(
+            next(k for k in cluster.keys(GroupKind("gateway.networking.k8s.io", "HTTPRoute")))
+        )
+        or {}
+    )
+    route["metadata"] = {**route["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    cluster.upsert(route)
+    verdict = admit(cluster, retry(ROUTE + "  default: {maxRetries: 1}"))
+    assert verdict.allowed
+    assert fired(verdict) == {"PA-T08": ["spec.targetRefs[0]"]}
+    cluster.upsert(
+        {
+            **route,
+            "metadata": {k: v for k, v in route["metadata"].items() if k != "deletionTimestamp"},
+        }
+    )
+    assert "PA-T08" not in fired(admit(cluster, retry(ROUTE + "  default: {maxRetries: 1}")))
+
+
+def test_every_violation_is_reported_not_just_the_first(cluster: Store) -> None:
+    verdict = admit(cluster, retry(
+        "  targetRef: {group: gateway.networking.k8s.io/v1, kind: HTTPRoute, name: storefront}\n"
+        "  targetRefs: [{group: '', kind: ConfigMap, name: x}]\n"
+        "  default: {maxRetries: 1}\n  defaults: {retryOn: ['502']}\n  maxRetries: 4"))  # fmt: skip
+    assert {"PA-S01", "PA-S04", "PA-S07", "PA-S09", "PA-T01"} <= set(fired(verdict))
+    assert len(verdict.denials) >= 5
+
+
+def test_deny_rules_deny_and_warn_rules_only_warn(cluster: Store) -> None:
+    denied = admit(cluster, retry(ROUTE + "  override: 3"))
+    warned = admit(
+        cluster,
+        retry(
+            "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"
+        ),
+    )
+    assert not denied.allowed
+    assert warned.allowed and [f.rule_id for f in warned.warnings] == ["PA-T06"]
+
+
+def test_strict_turns_warnings_into_denials(cluster: Store) -> None:
+    missing = retry(
+        "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"
+    )
+    assert admit(cluster, missing).allowed
+    assert not admit(cluster, missing, Settings(strict=True)).allowed
+
+
+@pytest.mark.parametrize(
+    ("actions", "allowed", "warned", "audited"),
+    [
+        ({"PA-T06": "deny"}, False, [], []),
+        ({"PA-T06": "audit"}, True, [], ["PA-T06"]),
+        ({"PA-T06": "off"}, True, [], []),
+        ({}, True, ["PA-T06"], []),
+    ],
+)
+def test_global_rule_actions_change_the_verdict(
+    cluster: Store, actions: dict[str, Any], allowed: bool, warned: list[str], audited: list[str]
+) -> None:
+    missing = retry(
+        "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"
+    )
+    verdict = admit(cluster, missing, Settings(rule_actions=actions))
+    assert verdict.allowed is allowed
+    assert [f.rule_id for f in verdict.warnings] == warned
+    assert [f.rule_id for f in verdict.audited] == audited
+
+
+def test_kind_profile_rule_action_beats_the_global_one() -> None:
+    config = config_of(
+        "kinds:\n- {group: policies.example.com, kind: RetryPolicy, ruleActions: {PA-T06: warn}}\n"
+    )
+    store = store_of(POLICY_CRDS, CLUSTER, config=config)
+    missing = retry(
+        "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"
+    )
+    assert admit(store, missing, Settings(rule_actions={"PA-T06": "deny"})).allowed
+
+
+def test_legacy_true_label_infers_class_without_pa_k01() -> None:
+    crd = POLICY_CRDS.split("---")[0].replace("policy: inherited", "policy: 'true'")
+    store = store_of(crd, CLUSTER)
+    direct_shape = retry(ROUTE + "  maxRetries: 3")
+    assert fired(admit(store, direct_shape)) == {}

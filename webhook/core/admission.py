@@ -1,0 +1,145 @@
+"""Admission decisions: one AdmissionReview request in, a verdict or a patch out.
+
+This is the whole of what `/validate` and `/mutate` mean; the HTTP server only decodes,
+calls these and encodes. No IO here, no awaiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core import shape, targets
+from webhook.core.findings import Finding, Verdict, decide
+from webhook.core.policy import class_of, spec_of
+from webhook.core.refs import GroupKind, key_of
+from webhook.core.reviews import Request
+from webhook.core.settings import Settings
+from webhook.core.store import ClusterView
+
+
+def validate(request: Request, *, view: ClusterView, settings: Settings) -> Verdict:
+    """SPEC §2: check a policy on CREATE/UPDATE; DELETE and `status` writes are allowed."""
+    if request.get("subResource"):
+        return Verdict()  # SPEC §2.7: status (and other subresource) writes are not ours to judge
+    gk = GroupKind(request["kind"].get("group", ""), request["kind"]["kind"])
+    if request["operation"] == "DELETE":
+        return _on_delete(request, gk, view=view, settings=settings)
+    if request["operation"] not in ("CREATE", "UPDATE"):
+        return Verdict()
+    obj = request.get("object") or {}
+    return check_policy(obj, gk, view=view, settings=settings, old=request.get("oldObject"))
+
+
+def check_policy(
+    obj: Mapping[str, Any],
+    gk: GroupKind,
+    *,
+    view: ClusterView,
+    settings: Settings,
+    old: Mapping[str, Any] | None = None,
+) -> Verdict:
+    """Every finding for one policy object, judged by the configured actions."""
+    profile = view.profile(gk)
+    findings: list[Finding] = []
+    spec = spec_of(obj)
+    if spec is None:
+        findings.append(
+            Finding("PA-S00", "spec", f"expected an object, got {_type_name(obj.get('spec'))}")
+        )
+    else:
+        policy_class, inferred = class_of(spec, profile)
+        if inferred:
+            findings.append(
+                Finding(
+                    "PA-K01",
+                    "",
+                    f"{gk} has no {_label_hint()} label and no profile; treated as {policy_class}",
+                )
+            )
+        namespace = _namespace_of(obj)
+        findings += shape.check(spec, profile=profile, policy_class=policy_class)
+        findings += targets.check(
+            spec,
+            profile=profile,
+            policy_class=policy_class,
+            policy_gk=gk,
+            namespace=namespace,
+            view=view,
+        )
+        findings += _engine_findings(obj, gk, view=view, settings=settings, old=old)
+    return decide(
+        findings,
+        kind_actions=profile.rule_actions,
+        global_actions=settings.rule_actions,
+        strict=settings.strict,
+    )
+
+
+def _on_delete(
+    request: Request, gk: GroupKind, *, view: ClusterView, settings: Settings
+) -> Verdict:
+    old = request.get("oldObject")
+    if not isinstance(old, Mapping):
+        return Verdict()
+    findings = _delete_findings(old, gk, view=view, settings=settings)
+    return decide(
+        findings,
+        kind_actions=view.profile(gk).rule_actions,
+        global_actions=settings.rule_actions,
+        strict=False,  # a DELETE is never denied: findings only warn (SPEC §2.7)
+    )
+
+
+def _engine_findings(
+    obj: Mapping[str, Any],
+    gk: GroupKind,
+    *,
+    view: ClusterView,
+    settings: Settings,
+    old: Mapping[str, Any] | None,
+) -> list[Finding]:
+    """Conflict and impact findings (SPEC §2.3) — filled in by `webhook.core.impact`."""
+    from webhook.core import impact  # local: impact depends on the engine, admission must not cycle
+
+    return impact.policy_findings(obj, gk, view=view, settings=settings, old=old)
+
+
+def _delete_findings(
+    old: Mapping[str, Any], gk: GroupKind, *, view: ClusterView, settings: Settings
+) -> list[Finding]:
+    from webhook.core import impact
+
+    key = key_of(old)
+    if key is None:
+        return []
+    return impact.delete_findings(old, gk, view=view, settings=settings)
+
+
+def _namespace_of(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return namespace if isinstance(namespace, str) else ""
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "nothing"
+    return {
+        str: "a string",
+        list: "a list",
+        int: "a number",
+        float: "a number",
+        bool: "a boolean",
+    }.get(type(value), type(value).__name__)
+
+
+def _label_hint() -> str:
+    return "gateway.networking.k8s.io/policy"
+
+
+def mutate(request: Request, *, view: ClusterView, settings: Settings) -> list[dict[str, Any]]:
+    """SPEC §3.1: the JSON Patch that sets (or removes) our annotation, and nothing else."""
+    from webhook.core import mutation
+
+    return mutation.annotation_patch(request, view=view, settings=settings)
