@@ -78,6 +78,8 @@ def _static(
             f"{ref.field}.kind",
             f'"{ref.kind}" is not a kind; kinds are case-sensitive: did you mean "{typo.kind}"?',
         )
+    if typo is not None and typo in profile.allowed_targets:
+        return  # PA-T09 said it all: the kind is right but for its letter case
     if gk not in profile.allowed_targets:
         allowed = describe_kinds(profile.allowed_targets)
         yield Finding(

@@ -1,0 +1,48 @@
+# The obvious verbs. `make demo` and `make test` are the README's quick start; CI runs `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PORT   ?= 8443
+
+.PHONY: install dev demo test test-unit test-e2e lint format docs bench clean
+
+$(BIN)/policy-webhook: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(BIN)/policy-webhook  ## a virtualenv with the webhook, its tests and tools
+
+demo: install  ## serve the bundled examples without a cluster; see README for requests to send
+	@echo "Serving examples/cluster on https://127.0.0.1:$(PORT); CA certificate in .demo/ca.crt."
+	@echo "In another terminal:"
+	@echo "  curl -s --cacert .demo/ca.crt -H 'Content-Type: application/json' \\"
+	@echo "       --data @examples/reviews/create-broken-policy.json https://127.0.0.1:$(PORT)/validate"
+	$(BIN)/policy-webhook serve --manifests examples/cluster --port $(PORT) --self-signed-dir .demo
+
+test: install  ## the whole suite: unit, HTTPS, and end-to-end on a real kube-apiserver
+	$(BIN)/python tests/e2e/provision.py
+	$(BIN)/python -m pytest
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit tests/shell
+
+lint: install
+	$(BIN)/ruff check webhook tests bench
+	$(BIN)/ruff format --check webhook tests bench
+	$(BIN)/mypy webhook
+	$(BIN)/lint-imports
+
+format: install
+	$(BIN)/ruff check --fix webhook tests bench
+	$(BIN)/ruff format webhook tests bench
+
+docs: install  ## regenerate the pages made from code (rules table, configuration reference)
+	$(BIN)/python -m webhook.shell.docgen
+
+bench: install  ## every benchmark figure of docs/performance.md
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
