@@ -1,0 +1,91 @@
+"""Log lines: one JSON object per line, with the structured fields beside the envelope."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from webhook.shell.logs import JsonFormatter, fields, setup_logging
+
+
+@pytest.fixture
+def root_logger() -> Iterator[logging.Logger]:
+    """`setup_logging` replaces the root handlers; put pytest's back afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield root
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def record(
+    msg: str, *args: object, level: int = logging.INFO, **extra: object
+) -> logging.LogRecord:
+    return logging.getLogger("webhook.test").makeRecord(
+        "webhook.test", level, __file__, 1, msg, args, None, extra=extra or None
+    )
+
+
+def test_a_record_is_one_json_object_with_time_level_logger_and_msg():
+    line = JsonFormatter().format(record("admission %s", "denied"))
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert entry["level"] == "INFO"
+    assert entry["logger"] == "webhook.test"
+    assert entry["msg"] == "admission denied"
+    assert entry["time"].endswith("+00:00")
+
+
+def test_fields_are_merged_and_never_hide_the_envelope():
+    entry = json.loads(
+        JsonFormatter().format(record("m", **fields(uid="u1", rules=["PA-S01"], msg="x")))
+    )
+    assert entry["uid"] == "u1"
+    assert entry["rules"] == ["PA-S01"]
+    assert entry["msg"] == "m"
+    assert entry["field.msg"] == "x"
+
+
+def test_values_json_cannot_encode_are_written_as_text():
+    entry = json.loads(JsonFormatter().format(record("m", **fields(where=object.__new__(object)))))
+    assert entry["where"].startswith("<object object")
+
+
+def test_a_traceback_stays_inside_the_one_line():
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        made = logging.getLogger("webhook.test").makeRecord(
+            "webhook.test", logging.ERROR, __file__, 1, "failed", (), sys.exc_info()
+        )
+    line = JsonFormatter().format(made)
+    assert "\n" not in line
+    assert "RuntimeError: boom" in json.loads(line)["exc_info"]
+
+
+def test_setup_logging_json_routes_every_logger_through_one_handler(root_logger):
+    out = io.StringIO()
+    setup_logging("debug", json=True, stream=out)
+    logging.getLogger("webhook.shell.server").debug("hello", extra=fields(port=8443))
+    (line,) = out.getvalue().splitlines()
+    assert json.loads(line) | {"time": None} == {
+        "time": None, "level": "DEBUG", "logger": "webhook.shell.server", "msg": "hello", "port": 8443,
+    }  # fmt: skip
+    assert len(root_logger.handlers) == 1
+
+
+def test_setup_logging_text_is_for_people(root_logger):
+    out = io.StringIO()
+    setup_logging(logging.INFO, json=False, stream=out)
+    logging.getLogger("webhook.x").info("listening", extra=fields(port=8443, host="::"))
+    logging.getLogger("webhook.x").debug("not shown")
+    (line,) = out.getvalue().splitlines()
+    assert line.endswith('INFO webhook.x: listening port=8443 host="::"')

@@ -1,0 +1,61 @@
+"""Metrics: a registry per `Metrics`, so several apps in one process never collide."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from webhook.shell.metrics import Metrics
+
+
+def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for s in family.samples
+    }
+
+
+def test_two_instances_do_not_share_counts():
+    first, second = Metrics(), Metrics()
+    first.observe_admission(endpoint="validate", verdict="allowed", seconds=0.0002)
+    key = (
+        "policy_webhook_admission_requests_total",
+        (("endpoint", "validate"), ("verdict", "allowed")),
+    )
+    assert samples(first)[key] == 1
+    assert key not in samples(second)
+
+
+def test_findings_are_counted_by_rule_and_action_and_off_is_not_counted():
+    metrics = Metrics()
+    metrics.observe_admission(
+        endpoint="validate",
+        verdict="denied",
+        seconds=0.001,
+        findings=[("PA-S01", "deny"), ("PA-T06", "warn"), ("PA-C04", "audit"), ("PA-T09", "off")],
+    )
+    counted = {
+        labels: value
+        for (name, labels), value in samples(metrics).items()
+        if name == "policy_webhook_rule_findings_total"
+    }
+    assert counted == {
+        (("action", "deny"), ("rule", "PA-S01")): 1,
+        (("action", "warn"), ("rule", "PA-T06")): 1,
+        (("action", "audit"), ("rule", "PA-C04")): 1,
+    }
+
+
+def test_latency_buckets_resolve_sub_millisecond_answers():
+    metrics = Metrics()
+    metrics.observe_admission(endpoint="mutate", verdict="patched", seconds=0.0003)
+    got = samples(metrics)
+    bucket = "policy_webhook_admission_duration_seconds_bucket"
+    assert got[(bucket, (("endpoint", "mutate"), ("le", "0.00025")))] == 0
+    assert got[(bucket, (("endpoint", "mutate"), ("le", "0.0005")))] == 1
+
+
+def test_every_metric_name_has_the_project_prefix():
+    names = {family.name for family in text_string_to_metric_families(Metrics().render().decode())}
+    assert names
+    assert all(name.startswith("policy_webhook_") for name in names)
