@@ -146,13 +146,7 @@ class Store:
     # --- reading (ClusterView) --------------------------------------------------------------
 
     def is_policy_object(self, gk: GroupKind, obj: Mapping[str, Any]) -> bool:
-        """A policy kind by label or config — or an unknown kind with a targetRef (SPEC §1.3)."""
-        if gk in _NOT_POLICIES:
-            return False
-        if self.profile(gk).known:
-            return True
-        spec = spec_of(obj)
-        return spec is not None and ("targetRef" in spec or "targetRefs" in spec)
+        return looks_like_policy(gk, obj, self.profile(gk))
 
     def get(self, key: ObjectKey) -> Mapping[str, Any] | None:
         return self._by_kind.get(key.group_kind, {}).get(key)
@@ -204,6 +198,16 @@ class Store:
             for key, obj in self._by_kind.get(kinds.REFERENCE_GRANT, {}).items()
             if key.namespace == namespace
         ]
+
+
+def looks_like_policy(gk: GroupKind, obj: Mapping[str, Any], profile: KindProfile) -> bool:
+    """A policy kind by label or config — or an unknown kind with a targetRef (SPEC §1.3)."""
+    if gk in _NOT_POLICIES:
+        return False
+    if profile.known:
+        return True
+    spec = spec_of(obj)
+    return spec is not None and ("targetRef" in spec or "targetRefs" in spec)
 
 
 def _target_keys(policy: Policy) -> set[ObjectKey]:

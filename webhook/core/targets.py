@@ -12,6 +12,7 @@ from typing import Any
 
 from webhook.core import kinds, shape
 from webhook.core.findings import Finding
+from webhook.core.grants import reference_granted
 from webhook.core.policy import TargetRef, raw_target_refs, read_target_ref, wrappers_in
 from webhook.core.profiles import KindProfile, PolicyClass
 from webhook.core.refs import GroupKind, ObjectKey
@@ -161,40 +162,12 @@ def _cross_namespace(
             where,
             f"{policy_gk.kind} may not target other namespaces (crossNamespace: deny)",
         )
-    elif not _granted(ref, policy_gk=policy_gk, namespace=namespace, view=view):
+    elif not reference_granted(policy_gk, namespace, ref.target_key(namespace), view):
         yield Finding(
             "PA-T03",
             where,
             f'no ReferenceGrant in "{ref.namespace}" lets {policy_gk.kind} from "{namespace}" target {ref.kind} "{ref.name}"',
         )
-
-
-def _granted(ref: TargetRef, *, policy_gk: GroupKind, namespace: str, view: ClusterView) -> bool:
-    """A ReferenceGrant in the target namespace admits (policy group, kind, namespace) → target."""
-    assert ref.namespace is not None
-    for grant in view.reference_grants(ref.namespace):
-        spec = grant.get("spec")
-        if not isinstance(spec, Mapping):
-            continue
-        froms = _list(spec.get("from"))
-        tos = _list(spec.get("to"))
-        from_ok = any(
-            isinstance(f, Mapping)
-            and f.get("group", "") == policy_gk.group
-            and f.get("kind") == policy_gk.kind
-            and f.get("namespace") == namespace
-            for f in froms
-        )
-        to_ok = any(
-            isinstance(t, Mapping)
-            and t.get("group", "") == ref.group
-            and t.get("kind") == ref.kind
-            and t.get("name") in (None, "", ref.name)
-            for t in tos
-        )
-        if from_ok and to_ok:
-            return True
-    return False
 
 
 def _list(value: object) -> list[Any]:

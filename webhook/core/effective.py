@@ -1,0 +1,482 @@
+"""The precedence engine (SPEC §5): per policy kind and per context, what applies and why.
+
+Pure and deterministic: inputs are a view and an object key, outputs are frozen values; the
+order in which the view learned its objects never matters (policies are always taken in
+`order_key` order, contexts in a fixed order). Kinds never interact.
+
+Decisions where SPEC §5 is silent (docs/decisions.md):
+- A policy found at two rungs of one context (a Namespace policy when the Gateway and the
+  route share that Namespace) counts at each: as an override at the higher rung, as a
+  default at the lower one.
+- A cross-namespace target counts only with a ReferenceGrant (never with `crossNamespace:
+  deny`); a Namespace target counts only for the policy's own Namespace (PA-T03/T04).
+- A kind of unknown class is Direct when every policy of it that reaches the object is, else
+  Inherited, with wrapper-less policies taken as defaults (their spec proper).
+- Direct kinds ignore the hierarchy: their contexts are the object and each of its sections
+  a policy targets, whether or not the object is attached anywhere.
+- `atomic` with a fieldMap: the object's own values still beat the winning default, field by
+  field. An object value's source has `policy: null`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from webhook.core import grants, hierarchy, kinds, leaves
+from webhook.core.hierarchy import Context, Rung
+from webhook.core.overlay import OverlayView
+from webhook.core.policy import Policy
+from webhook.core.profiles import KindProfile, Merge, PolicyClass
+from webhook.core.refs import GroupKind, ObjectKey
+from webhook.core.store import ClusterView
+
+StanzaName = Literal["override", "default", "direct", "object"]
+WHOLE = "*"  # a Loser's `field` when a policy lost as a whole (Direct, atomic)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where one leaf of `effective` came from (SPEC §3.3 `sources`)."""
+
+    policy: str | None  # `namespace/name`; None for the object's own value (stanza "object")
+    stanza: StanzaName
+    at: str  # the rung the policy is attached to, e.g. `Gateway/infra/gw`, `Namespace/apps`
+
+    def as_json(self) -> dict[str, str | None]:
+        return {"policy": self.policy, "stanza": self.stanza, "at": self.at}
+
+
+@dataclass(frozen=True, slots=True)
+class Loser:
+    """A policy's setting that does not apply in a context, and why (for `explain`)."""
+
+    policy: str
+    stanza: StanzaName
+    at: str
+    field: str  # `backoff.maxInterval`, or WHOLE
+    reason: str  # "overridden by infra/a", "lost tie-break to ns/zz (older)", …
+
+
+@dataclass(frozen=True, slots=True)
+class ContextResult:
+    """One context's answer. Contexts meeting the same policies share `effective`/`sources`."""
+
+    context: Context
+    path: tuple[str, ...]
+    effective: Mapping[str, Any]
+    sources: Mapping[str, Source]  # JSON pointer into `effective` → its source
+    losers: tuple[Loser, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class KindResult:
+    """One policy kind's answer for one object: a result per context, in a fixed order."""
+
+    group_kind: GroupKind
+    policy_class: PolicyClass
+    merge: Merge
+    contexts: tuple[ContextResult, ...]
+    policies: tuple[str, ...]  # every policy of the kind that reaches a context, sorted
+
+
+def compute(
+    key: ObjectKey,
+    view: ClusterView,
+    *,
+    incoming: Mapping[str, Any] | None = None,
+    with_losers: bool = True,
+) -> list[KindResult]:
+    """The effective policies of one object, one result per policy kind that reaches it."""
+    if incoming is not None:
+        view = OverlayView(view, upserts=[incoming])
+    obj = view.get(key)
+    if obj is None:
+        return []
+    contexts = hierarchy.contexts_of(key, view)
+    finder = _Finder(view)
+    rungs = {r for ctx in contexts for r in ctx}  # many contexts share most of their rungs
+    reached: dict[GroupKind, set[ObjectKey]] = {}
+    for rung_key in {key, *(r.key for r in rungs)}:
+        for policy, _ in finder.attached(rung_key):
+            reached.setdefault(policy.key.group_kind, set()).add(policy.key)
+    sections = kinds.section_names(key.group_kind, obj)
+    out = []
+    for gk in sorted(reached):
+        engine = _KindEngine(view.profile(gk), finder, with_losers)
+        result = engine.run(key, obj, contexts, sections)
+        if result is not None:
+            out.append(result)
+    return out
+
+
+class _Finder:
+    """Policies attached to a key, memoised for one computation: (policy, sectionName)."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+        self._memo: dict[ObjectKey, list[tuple[Policy, str | None]]] = {}
+        self._paths: dict[Context, tuple[str, ...]] = {}
+
+    def path_of(self, context: Context) -> tuple[str, ...]:
+        found = self._paths.get(context)
+        if found is None:
+            found = self._paths[context] = hierarchy.path_of(context)
+        return found
+
+    def attached(self, key: ObjectKey) -> list[tuple[Policy, str | None]]:
+        if key not in self._memo:
+            found = {
+                (p.key, ref.section_name): (p, ref.section_name)
+                for p in self.view.policies_targeting(key)
+                for ref in p.targets
+                if ref.target_key(p.key.namespace) == key and self._counts(p, key)
+            }
+            self._memo[key] = sorted(found.values(), key=lambda ps: (ps[0].order_key, ps[1] or ""))
+        return self._memo[key]
+
+    def _counts(self, policy: Policy, target: ObjectKey) -> bool:
+        namespace = policy.key.namespace
+        if not namespace:
+            return True  # a cluster-scoped policy: no namespace to cross from
+        if target.group_kind == kinds.NAMESPACE:
+            return target.name == namespace
+        if not target.namespace or target.namespace == namespace:
+            return True
+        if self.view.profile(policy.key.group_kind).cross_namespace == "deny":
+            return False
+        return grants.reference_granted(policy.key.group_kind, namespace, target, self.view)
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    source: Source
+    policy: Policy | None
+
+
+@dataclass(slots=True)
+class _Board:
+    """Leaves taken so far in one context; first taker wins, later ones are recorded as losers."""
+
+    won: dict[leaves.Path, tuple[Any, _Claim]] = field(default_factory=dict)
+    below: dict[leaves.Path, leaves.Path] = field(default_factory=dict)  # prefix → a leaf under it
+    losers: dict[tuple[str, str, str, str], Loser] | None = None
+
+    def offer(self, path: leaves.Path, value: Any, claim: _Claim) -> None:
+        blocker = self._blocker(path)
+        if blocker is None:
+            self.won[path] = (value, claim)
+            for i in range(1, len(path)):
+                self.below.setdefault(path[:i], path)
+            return
+        if _is_presence(path) and blocker != path:
+            return  # a list-map item already present through one of its fields
+        winner = self.won[blocker][1]
+        if (
+            self.losers is not None
+            and claim.policy is not None
+            and winner.policy is not claim.policy
+        ):
+            self.lose(claim, leaves.top_fields(path), _reason(claim, winner))
+
+    def lose(self, claim: _Claim, what: str, reason: str) -> None:
+        if self.losers is None or claim.policy is None:
+            return
+        src = claim.source
+        self.losers.setdefault(
+            (claim.policy.ref, src.stanza, src.at, what),
+            Loser(claim.policy.ref, src.stanza, src.at, what, reason),
+        )
+
+    def _blocker(self, path: leaves.Path) -> leaves.Path | None:
+        if path in self.won:
+            return path
+        for i in range(1, len(path)):
+            prefix = path[:i]
+            if prefix in self.won and not _is_presence(prefix):
+                return prefix
+        return self.below.get(path)
+
+    def result(self, context: Context) -> ContextResult:
+        final = {
+            p: v for p, (v, _) in self.won.items() if not (_is_presence(p) and p in self.below)
+        }
+        built = leaves.build(final)
+        sources = {leaves.pointer(p, built): self.won[p][1].source for p in final}
+        losers = tuple(sorted(self.losers.values(), key=_loser_order)) if self.losers else ()
+        return ContextResult(context, hierarchy.path_of(context), built, sources, losers)
+
+
+def _is_presence(path: leaves.Path) -> bool:
+    return bool(path) and isinstance(path[-1], tuple)
+
+
+def _loser_order(loser: Loser) -> tuple[str, str, str, str]:
+    return (loser.policy, loser.stanza, loser.at, loser.field)
+
+
+def _reason(loser: _Claim, winner: _Claim) -> str:
+    w = winner.source
+    if w.stanza == "object":
+        return f"the object's own value wins ({w.at})"
+    assert winner.policy is not None and loser.policy is not None
+    if w.at == loser.source.at and w.stanza == loser.source.stanza:
+        return _tie(loser.policy, winner.policy)
+    if w.stanza == "override" and loser.source.stanza == "default":
+        return f"overridden by {w.policy}"
+    if w.stanza == "override":
+        return f"overridden by {w.policy} (less specific override, at {w.at})"
+    return f"{w.policy} is more specific (default at {w.at})"
+
+
+def _tie(loser: Policy, winner: Policy) -> str:
+    return f"lost tie-break to {winner.ref} ({_tie_why(loser, winner)})"
+
+
+def _tie_why(loser: Policy, winner: Policy) -> str:
+    """SPEC §4.4: the older one wins; on equal timestamps, `namespace/name` in byte order."""
+    return "older" if winner.created < loser.created else "alphabetical"
+
+
+class _KindEngine:
+    """One policy kind's rules: Direct (§5.1), Inherited `patch` (§5.2) or `atomic` (§5.5)."""
+
+    def __init__(self, profile: KindProfile, finder: _Finder, with_losers: bool) -> None:
+        self.profile = profile
+        self.gk = profile.group_kind
+        self.finder = finder
+        self.with_losers = with_losers
+        self._leaves: dict[tuple[ObjectKey, str], dict[leaves.Path, Any]] = {}
+        self._attached: dict[ObjectKey, list[tuple[Policy, str | None]]] = {}
+        self._reaching: dict[Rung, list[Policy]] = {}
+
+    def attached(self, key: ObjectKey) -> list[tuple[Policy, str | None]]:
+        found = self._attached.get(key)
+        if found is None:
+            found = [(p, s) for p, s in self.finder.attached(key) if p.key.group_kind == self.gk]
+            self._attached[key] = found
+        return found
+
+    def reaching(self, rung: Rung) -> list[Policy]:
+        found = self._reaching.get(rung)
+        if found is None:
+            found = [p for p, s in self.attached(rung.key) if s == rung.section]
+            self._reaching[rung] = found
+        return found
+
+    def run(
+        self,
+        key: ObjectKey,
+        obj: Mapping[str, Any],
+        contexts: list[Context],
+        sections: frozenset[str],
+    ) -> KindResult | None:
+        own = self.attached(key)
+        targeted = {s for _, s in own if s is not None and s in sections}
+        klass = self.profile.policy_class or self._inferred_class(key, contexts)
+        if klass == "Direct":
+            own = [(p, s) for p, s in own if s is None or s in sections]
+            if not own:
+                return None
+            direct_contexts = [(Rung(key),), *((Rung(key, s),) for s in sorted(targeted))]
+            results = [self._direct(ctx[-1], own, ctx) for ctx in direct_contexts]
+            refs = {p.ref for p, _ in own}
+        else:
+            full = hierarchy.with_sections(contexts, key, targeted)
+            # Only rungs with policies of this kind matter; most rungs of most contexts have none.
+            hot = {r: ps for r in {r for ctx in full for r in ctx} if (ps := self.reaching(r))}
+            levels = [[(rung, hot[rung]) for rung in ctx if rung in hot] for ctx in full]
+            refs = {p.ref for ps in hot.values() for p in ps}
+            if not refs:
+                return None
+            from_object = self._object_leaves(key, obj)
+            results = self._inherited_all(full, levels, from_object, key.display())
+        return KindResult(self.gk, klass, self.profile.merge, tuple(results), tuple(sorted(refs)))
+
+    def _inferred_class(self, key: ObjectKey, contexts: list[Context]) -> PolicyClass:
+        keys = {key, *(r.key for ctx in contexts for r in ctx)}
+        found = (p for k in keys for p, _ in self.attached(k))
+        return "Inherited" if any(p.policy_class == "Inherited" for p in found) else "Direct"
+
+    # --- leaves of one stanza ----------------------------------------------------------------
+
+    def stanza_leaves(self, policy: Policy, stanza: StanzaName) -> dict[leaves.Path, Any]:
+        memo_key = (policy.key, stanza)
+        if memo_key not in self._leaves:
+            value, schema = self._stanza(policy, stanza)
+            self._leaves[memo_key] = leaves.leaves(value, schema) if value else {}
+        return self._leaves[memo_key]
+
+    def _stanza(
+        self, policy: Policy, stanza: StanzaName
+    ) -> tuple[Mapping[str, Any] | None, leaves.Schema]:
+        spec_schema = self.profile.spec_schema
+        if stanza == "direct":
+            return policy.spec_proper, spec_schema
+        value = policy.override if stanza == "override" else policy.default
+        if stanza == "default" and value is None and policy.policy_class == "Direct":
+            value = policy.spec_proper  # an unknown-class kind run as Inherited: implicit default
+        if value is None:
+            return None, None
+        if policy.override is None and value == policy.spec_proper:
+            return value, spec_schema  # the implicit form: spec-proper fields, spec's schema
+        return value, stanza_schema(spec_schema, stanza)
+
+    def _object_leaves(self, key: ObjectKey, obj: Mapping[str, Any]) -> dict[leaves.Path, Any]:
+        """SPEC §5.9: the target object's own values at the kind's fieldMap pointers."""
+        out: dict[leaves.Path, Any] = {}
+        schema = stanza_schema(self.profile.spec_schema, "default")
+        for src, dst in sorted(self.profile.field_map.items()):
+            value = pointer_get(obj, dst)
+            if leaves.is_unset(value):
+                continue
+            for segment in reversed(split_pointer(src)):
+                value = {segment: value}
+            out.update(leaves.leaves(value, schema))
+        return out
+
+    # --- the three strategies ----------------------------------------------------------------
+
+    def _board(self) -> _Board:
+        return _Board(losers={} if self.with_losers else None)
+
+    def _direct(
+        self, rung: Rung, own: Sequence[tuple[Policy, str | None]], ctx: Context
+    ) -> ContextResult:
+        """SPEC §5.1, §4.5: only this object's (or section's) policies; the winner applies whole."""
+        board = self._board()
+        candidates = list({p.key: p for p, s in own if s == rung.section}.values())
+        at = rung.display()
+        for i, policy in enumerate(candidates):
+            claim = _Claim(Source(policy.ref, "direct", at), policy)
+            if i == 0:
+                for path, value in self.stanza_leaves(policy, "direct").items():
+                    board.offer(path, value, claim)
+            else:
+                winner = candidates[0]
+                board.lose(
+                    claim, WHOLE, f"conflicted: {winner.ref} wins ({_tie_why(policy, winner)})"
+                )
+        return board.result(ctx)
+
+    def _inherited_all(
+        self,
+        contexts: list[Context],
+        levels: list[list[tuple[Rung, list[Policy]]]],
+        from_object: Mapping[leaves.Path, Any],
+        object_at: str,
+    ) -> list[ContextResult]:
+        """Contexts that meet the same policies at the same rungs share one computation:
+        a Service behind 10,000 routes of one Gateway has 10,000 contexts and one answer."""
+        memo: dict[tuple[tuple[Rung, tuple[ObjectKey, ...]], ...], ContextResult] = {}
+        out = []
+        for ctx, lv in zip(contexts, levels, strict=True):
+            signature = tuple((rung, tuple(p.key for p in ps)) for rung, ps in lv)
+            done = memo.get(signature)
+            if done is None:
+                done = memo[signature] = self._inherited(ctx, lv, from_object, object_at)
+            path = self.finder.path_of(ctx)
+            out.append(ContextResult(ctx, path, done.effective, done.sources, done.losers))
+        return out
+
+    def _inherited(
+        self,
+        ctx: Context,
+        levels: list[tuple[Rung, list[Policy]]],
+        from_object: Mapping[leaves.Path, Any],
+        object_at: str,
+    ) -> ContextResult:
+        board = self._board()
+        obj_claim = _Claim(Source(None, "object", object_at), None)
+        offers = self._offers(levels)
+        if self.profile.merge == "atomic":
+            self._atomic(board, offers, from_object, obj_claim)
+        else:
+            for claim, found in offers["override"]:  # §5.2a: root first
+                for path, value in found.items():
+                    board.offer(path, value, claim)
+            for path, value in from_object.items():  # §5.2b
+                board.offer(path, value, obj_claim)
+            for claim, found in offers["default"]:  # §5.2c: target first
+                for path, value in found.items():
+                    board.offer(path, value, claim)
+        return board.result(ctx)
+
+    def _offers(
+        self, levels: list[tuple[Rung, list[Policy]]]
+    ) -> dict[str, list[tuple[_Claim, dict[leaves.Path, Any]]]]:
+        """Each policy's stanzas in the order they get to choose: overrides root-first, defaults
+        target-first; within a level, SPEC §4.4 order."""
+        offers: dict[str, list[tuple[_Claim, dict[leaves.Path, Any]]]] = {
+            "override": [],
+            "default": [],
+        }
+        walks: tuple[
+            tuple[Literal["override", "default"], list[tuple[Rung, list[Policy]]]], ...
+        ] = (
+            ("override", levels),
+            ("default", levels[::-1]),
+        )
+        for stanza, walk in walks:
+            for rung, policies in walk:
+                for policy in policies:
+                    found = self.stanza_leaves(policy, stanza)
+                    if found:
+                        source = Source(policy.ref, stanza, rung.display())
+                        offers[stanza].append((_Claim(source, policy), found))
+        return offers
+
+    def _atomic(
+        self,
+        board: _Board,
+        offers: Mapping[str, list[tuple[_Claim, dict[leaves.Path, Any]]]],
+        from_object: Mapping[leaves.Path, Any],
+        obj_claim: _Claim,
+    ) -> None:
+        """SPEC §5.5: the first override (root first) replaces everything, else the most
+        specific default; the object's own values still beat that default."""
+        ranked = offers["override"] + offers["default"]
+        if not ranked:
+            for path, value in from_object.items():
+                board.offer(path, value, obj_claim)
+            return
+        winner, found = ranked[0]
+        if winner.source.stanza == "default":
+            for path, value in from_object.items():
+                board.offer(path, value, obj_claim)
+        for path, value in found.items():
+            board.offer(path, value, winner)
+        for claim, _ in ranked[1:]:
+            if claim.policy is not winner.policy:
+                board.lose(claim, WHOLE, f"{_reason(claim, winner)} (atomic: replaced whole)")
+
+
+def stanza_schema(spec_schema: leaves.Schema, stanza: str) -> leaves.Schema:
+    """The schema of `default`/`override` (either spelling) inside the spec's schema."""
+    props = spec_schema.get("properties") if spec_schema else None
+    if not isinstance(props, Mapping):
+        return None
+    for name in (stanza, f"{stanza}s"):
+        if isinstance(props.get(name), Mapping):
+            found: Mapping[str, Any] = props[name]
+            return found
+    return None
+
+
+def split_pointer(pointer: str) -> list[str]:
+    """RFC 6901: `/a~1b/c` → ["a/b", "c"]."""
+    return [part.replace("~1", "/").replace("~0", "~") for part in pointer.split("/")[1:]]
+
+
+def pointer_get(obj: Any, pointer: str) -> Any:
+    """The value at a JSON pointer, or None where there is none."""
+    node = obj
+    for part in split_pointer(pointer):
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node

@@ -1,0 +1,610 @@
+"""Contexts: the root-to-object paths through the Gateway API hierarchy (SPEC §4).
+
+A context is a tuple of rungs, root first. Namespace rungs are implied (never printed); a
+section (listener, named rule, Service port) is a rung of its own just after its object.
+This module only answers "which paths lead to X" and "what lies below a rung"; what policies
+do along those paths is `effective`'s business. Reading only: never writes to the view.
+
+Decisions where SPEC §4 is silent (docs/decisions.md):
+- GatewayClass: one context, itself. Gateway: one, `GatewayClass → Gateway` (no GatewayClass
+  rung when the class object does not exist). A ListenerSet: `… → Gateway → ListenerSet`,
+  only when its Gateway exists and `allowedListeners` admits it (default: none).
+- A route: one context per (parentRef, admitting listener), ending at the route. Named rules
+  are not structural for the route's own contexts; `with_sections` adds a variant ending at
+  `Route#rule` for each rule a policy targets, as for every other sectioned object.
+- A Service: one context per (route context, backendRef), through `Route#rule` when the rule
+  is named, ending at `Service#port` when the backendRef's port number matches a named port.
+  Otherwise (no attached route uses it) one standalone context, `Service`.
+- A mesh parentRef (group "", kind Service) puts `Service` in place of GatewayClass, Gateway
+  and listener; its `port` is ignored. A route whose parentRefs admit nowhere has no context:
+  no Inherited policy reaches it, and its annotation is absent unless a Direct policy targets
+  the route itself (Direct kinds do not need contexts, see `effective`).
+- Only Service backends count; a cross-namespace backendRef counts only with a ReferenceGrant.
+- `allowedRoutes.namespaces.from: Selector` sees the Namespace's labels plus the label
+  `kubernetes.io/metadata.name` the API server sets on every Namespace (also when the
+  Namespace object is not known). Listener `hostname` intersection is not checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from weakref import WeakKeyDictionary
+
+from webhook.core import kinds
+from webhook.core.grants import reference_granted
+from webhook.core.overlay import OverlayView
+from webhook.core.refs import CORE_GROUP, GATEWAY_GROUP, GroupKind, ObjectKey
+from webhook.core.store import ClusterView, Store
+
+NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every Namespace
+
+
+@dataclass(frozen=True, slots=True)
+class Rung:
+    """One level of a context: an object, or one section of it (`Gateway/infra/gw#https`)."""
+
+    key: ObjectKey
+    section: str | None = None
+    # Rungs are dictionary keys on the engine's hot path (a Service behind 10,000 routes has
+    # 20,000 contexts): hash once, not on every lookup.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.key, self.section)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def implied(self) -> bool:
+        """Namespace rungs are levels policies attach to, but are not printed in paths."""
+        return self.key.kind == "Namespace" and not self.key.group  # hot: no GroupKind built
+
+    def display(self) -> str:
+        return self.key.display(self.section)
+
+
+Context = tuple[Rung, ...]
+
+
+def namespace_rung(name: str) -> Rung:
+    return Rung(ObjectKey(CORE_GROUP, "Namespace", "", name))
+
+
+def path_of(context: Context) -> tuple[str, ...]:
+    """The printed path (SPEC §3.3): one entry per object, `#section` where it passes one."""
+    entries: list[str] = []
+    last: ObjectKey | None = None
+    for rung in context:
+        if rung.implied:
+            continue
+        if rung.key == last:
+            entries[-1] = rung.display()
+        else:
+            entries.append(rung.display())
+            last = rung.key
+    return tuple(entries)
+
+
+def sort_contexts(contexts: Iterable[Context]) -> list[Context]:
+    """Unique contexts in a fixed order, so that results never depend on load order."""
+    return sorted(set(contexts), key=_context_order)
+
+
+def _context_order(context: Context) -> tuple[tuple[str, str, str, str, str], ...]:
+    return tuple((*_key_tuple(r.key), r.section or "") for r in context)
+
+
+def _key_tuple(key: ObjectKey) -> tuple[str, str, str, str]:
+    return (key.group, key.kind, key.namespace, key.name)
+
+
+# --- references read from objects ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ParentRef:
+    key: ObjectKey  # a Gateway, a ListenerSet, or (mesh) a Service
+    section: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendRef:
+    rule: str | None  # the rule's name, when it has one
+    key: ObjectKey  # always a Service
+    port: int | None
+
+
+def parent_refs(route: ObjectKey, obj: Mapping[str, Any]) -> list[ParentRef]:
+    """`spec.parentRefs`, defaults filled in (group gateway.networking.k8s.io, kind Gateway)."""
+    out = []
+    for ref in _list(_spec(obj).get("parentRefs")):
+        key = _ref_key(ref, GATEWAY_GROUP, "Gateway", route.namespace)
+        if key is not None:
+            section = ref.get("sectionName")
+            out.append(ParentRef(key, section if isinstance(section, str) and section else None))
+    return out
+
+
+def backend_refs(route: ObjectKey, obj: Mapping[str, Any]) -> list[BackendRef]:
+    """Service backends of every rule; other backend kinds have no place on the ladder."""
+    out = []
+    for rule in _list(_spec(obj).get("rules")):
+        name = rule.get("name")
+        rule_name = name if isinstance(name, str) and name else None
+        for ref in _list(rule.get("backendRefs")):
+            key = _ref_key(ref, CORE_GROUP, "Service", route.namespace)
+            if key is not None and key.group_kind == kinds.SERVICE:
+                port = ref.get("port")
+                out.append(BackendRef(rule_name, key, port if isinstance(port, int) else None))
+    return out
+
+
+def listener_set_parent(ls: ObjectKey, obj: Mapping[str, Any]) -> ObjectKey | None:
+    ref = _spec(obj).get("parentRef")
+    key = (
+        _ref_key(ref, GATEWAY_GROUP, "Gateway", ls.namespace) if isinstance(ref, Mapping) else None
+    )
+    return key if key is not None and key.group_kind == kinds.GATEWAY else None
+
+
+def _ref_key(ref: Mapping[str, Any], group: str, kind: str, namespace: str) -> ObjectKey | None:
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    g, k, ns = ref.get("group", group), ref.get("kind", kind), ref.get("namespace") or namespace
+    if not (isinstance(g, str) and isinstance(k, str) and isinstance(ns, str)):
+        return None
+    return ObjectKey(g, k, ns, name)
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _list(value: object) -> Iterator[Mapping[str, Any]]:
+    if isinstance(value, list):
+        yield from (item for item in value if isinstance(item, Mapping))
+
+
+# --- who may attach where --------------------------------------------------------------------
+
+
+def selector_matches(selector: object, labels: Mapping[str, str]) -> bool:
+    """A Kubernetes LabelSelector; a missing selector matches nothing, `{}` everything."""
+    if not isinstance(selector, Mapping):
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    if not isinstance(match_labels, Mapping):
+        return False
+    if any(labels.get(k) != v for k, v in match_labels.items()):
+        return False
+    for expr in _list(selector.get("matchExpressions")):
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if not isinstance(key, str) or not isinstance(values, list):
+            return False
+        present = key in labels
+        ok = {
+            "In": present and labels.get(key) in values,
+            "NotIn": not present or labels.get(key) not in values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }.get(op if isinstance(op, str) else "", False)
+        if not ok:
+            return False
+    return True
+
+
+def namespace_admitted(
+    namespaces: object, *, owner_ns: str, ns: str, view: ClusterView, default: str
+) -> bool:
+    """`{from: Same|All|Selector|None, selector}` as in allowedRoutes and allowedListeners."""
+    spec = namespaces if isinstance(namespaces, Mapping) else {}
+    source = spec.get("from") or default
+    if source == "All":
+        return True
+    if source == "Same":
+        return ns == owner_ns
+    if source == "Selector":
+        labels = {**(view.namespace_labels(ns) or {}), NAME_LABEL: ns}
+        return selector_matches(spec.get("selector"), labels)
+    return False  # None, or a value this version of the API does not know
+
+
+def listener_admits(
+    listener: Mapping[str, Any], *, owner_ns: str, route: ObjectKey, view: ClusterView
+) -> bool:
+    """SPEC §4.2: namespace (default Same), kind (allowedRoutes.kinds) and protocol fit."""
+    gk = route.group_kind
+    if listener.get("protocol") not in kinds.ROUTE_PROTOCOLS.get(gk, frozenset()):
+        return False
+    allowed = listener.get("allowedRoutes")
+    allowed = allowed if isinstance(allowed, Mapping) else {}
+    kinds_allowed = [
+        GroupKind(str(k.get("group", GATEWAY_GROUP)), str(k.get("kind")))
+        for k in _list(allowed.get("kinds"))
+    ]
+    if kinds_allowed and gk not in kinds_allowed:
+        return False
+    return namespace_admitted(
+        allowed.get("namespaces"), owner_ns=owner_ns, ns=route.namespace, view=view, default="Same"
+    )
+
+
+def backend_allowed(route: ObjectKey, backend: BackendRef, view: ClusterView) -> bool:
+    return backend.key.namespace == route.namespace or reference_granted(
+        route.group_kind, route.namespace, backend.key, view
+    )
+
+
+# --- contexts ----------------------------------------------------------------------------------
+
+
+def contexts_of(
+    key: ObjectKey, view: ClusterView, *, incoming: Mapping[str, Any] | None = None
+) -> list[Context]:
+    """Every context that ends at `key` (or at one of its sections, for Service ports)."""
+    if incoming is not None:
+        view = OverlayView(view, upserts=[incoming])
+    obj = view.get(key)
+    if obj is None:
+        return []
+    gk = key.group_kind
+    found: list[Context]
+    if gk == kinds.GATEWAY_CLASS:
+        found = [(Rung(key),)]
+    elif gk == kinds.GATEWAY:
+        found = [_gateway_root(key, obj, view)]
+    elif gk == kinds.LISTENER_SET:
+        found = _listener_set_contexts(key, obj, view)
+    elif gk in kinds.ROUTE_KINDS:
+        found = _route_contexts(key, obj, view)
+    elif gk == kinds.SERVICE:
+        found = _service_contexts(key, obj, view)
+    else:
+        found = []
+    return sort_contexts(found)
+
+
+def with_sections(
+    contexts: list[Context], key: ObjectKey, sections: Iterable[str]
+) -> list[Context]:
+    """Add, for each section a policy targets, contexts ending at `Object#section`.
+
+    Where a context already ends at that section (a backendRef's port), nothing is added;
+    otherwise every context ending at the object itself gets a variant; a Service only
+    reached through other ports gets a standalone one.
+    """
+    sections = sorted(set(sections))
+    if not sections:
+        return list(contexts)
+    out = list(contexts)
+    for section in sections:
+        end = Rung(key, section)
+        if any(ctx and ctx[-1] == end for ctx in contexts):
+            continue
+        bases = [ctx for ctx in contexts if ctx and ctx[-1] == Rung(key)]
+        if not bases and contexts:
+            bases = [_standalone(key)]
+        out.extend((*ctx, end) for ctx in bases)
+    return sort_contexts(out)
+
+
+def _standalone(key: ObjectKey) -> Context:
+    return (namespace_rung(key.namespace), Rung(key)) if key.namespace else (Rung(key),)
+
+
+def _gateway_root(key: ObjectKey, obj: Mapping[str, Any], view: ClusterView) -> Context:
+    class_name = _spec(obj).get("gatewayClassName")
+    rungs: list[Rung] = []
+    if isinstance(class_name, str) and class_name:
+        class_key = ObjectKey(GATEWAY_GROUP, "GatewayClass", "", class_name)
+        if view.get(class_key) is not None:
+            rungs.append(Rung(class_key))
+    return (*rungs, namespace_rung(key.namespace), Rung(key))
+
+
+def listener_set_attached(
+    ls: ObjectKey, obj: Mapping[str, Any], view: ClusterView
+) -> tuple[ObjectKey, Mapping[str, Any]] | None:
+    """The Gateway a ListenerSet attaches to, when that Gateway's allowedListeners admit it."""
+    gw_key = listener_set_parent(ls, obj)
+    gw = view.get(gw_key) if gw_key is not None else None
+    if gw_key is None or gw is None:
+        return None
+    allowed = _spec(gw).get("allowedListeners")
+    namespaces = allowed.get("namespaces") if isinstance(allowed, Mapping) else None
+    if not namespace_admitted(
+        namespaces, owner_ns=gw_key.namespace, ns=ls.namespace, view=view, default="None"
+    ):
+        return None
+    return gw_key, gw
+
+
+def _listener_set_contexts(
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView
+) -> list[Context]:
+    attached = listener_set_attached(key, obj, view)
+    if attached is None:
+        return []
+    gw_key, gw = attached
+    return [(*_gateway_root(gw_key, gw, view), namespace_rung(key.namespace), Rung(key))]
+
+
+# What a parentRef gives a route depends on the route's namespace and kind, not its name:
+# routes sharing a parent share the work (10,000 routes on one Gateway is a real shape).
+ParentMemo = dict[tuple[ParentRef, str, str], list[Context]]
+
+
+def _route_contexts(
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: ParentMemo | None = None
+) -> list[Context]:
+    memo = {} if memo is None else memo
+    out: list[Context] = []
+    tail = (namespace_rung(key.namespace), Rung(key))
+    for ref in parent_refs(key, obj):
+        memo_key = (ref, key.namespace, key.kind)
+        if memo_key not in memo:
+            memo[memo_key] = _parent_contexts(ref, key, view)
+        out.extend((*parent, *tail) for parent in memo[memo_key])
+    return out
+
+
+def _parent_contexts(ref: ParentRef, route: ObjectKey, view: ClusterView) -> list[Context]:
+    """The contexts a parentRef gives the route, ending at the listener (or mesh Service)."""
+    parent = view.get(ref.key)
+    if parent is None:
+        return []
+    gk = ref.key.group_kind
+    if gk == kinds.SERVICE:
+        return [_standalone(ref.key)]
+    if gk == kinds.GATEWAY:
+        roots = [_gateway_root(ref.key, parent, view)]
+    elif gk == kinds.LISTENER_SET:
+        roots = _listener_set_contexts(ref.key, parent, view)
+    else:
+        return []
+    out: list[Context] = []
+    for listener in kinds.section_items(gk, parent):
+        name = listener.get("name")
+        if not isinstance(name, str) or (ref.section is not None and name != ref.section):
+            continue
+        if listener_admits(listener, owner_ns=ref.key.namespace, route=route, view=view):
+            out.extend((*root, Rung(ref.key, name)) for root in roots)
+    return out
+
+
+def _service_contexts(key: ObjectKey, obj: Mapping[str, Any], view: ClusterView) -> list[Context]:
+    ports: dict[int, str] = {}
+    for item in kinds.section_items(kinds.SERVICE, obj):
+        number, name = item.get("port"), item.get("name")
+        if isinstance(number, int) and isinstance(name, str) and name:
+            ports.setdefault(number, name)
+    out: list[Context] = []
+    memo: ParentMemo = {}
+    for route in sorted(index_for(view).routes_of_backend(key)):
+        route_obj = view.get(route)
+        if route_obj is None:
+            continue
+        refs = [
+            b
+            for b in backend_refs(route, route_obj)
+            if b.key == key and backend_allowed(route, b, view)
+        ]
+        if not refs:
+            continue
+        for ctx in _route_contexts(route, route_obj, view, memo):
+            for ref in refs:
+                rule = (Rung(route, ref.rule),) if ref.rule else ()
+                port = ports.get(ref.port) if ref.port is not None else None
+                end = (Rung(key, port),) if port else ()
+                out.append((*ctx, *rule, *_standalone(key), *end))
+    return out or [_standalone(key)]
+
+
+# --- the reverse: what lies below a rung ------------------------------------------------------
+
+Table = Literal["class", "listenerset", "parent", "backend", "namespace"]
+Bucket = tuple[Table, object]
+_HIERARCHY_KINDS = frozenset({kinds.GATEWAY, kinds.LISTENER_SET, *kinds.ROUTE_KINDS, kinds.SERVICE})
+
+
+@dataclass(frozen=True, slots=True)
+class HierarchyIndex:
+    """Raw references between hierarchy objects, by referent, for reverse lookups.
+
+    Built once per store state (`index_for` caches it until a hierarchy object changes).
+    Holds what objects *say* (parentRefs, backendRefs, class names), not whether they are
+    admitted: callers check admission on the few candidates. An overlaid view gets a thin
+    layer (`base` plus what its few objects add or remove), never a copy.
+    """
+
+    added: Mapping[Bucket, frozenset[ObjectKey]]
+    removed: Mapping[Bucket, frozenset[ObjectKey]] = field(default_factory=dict)
+    base: HierarchyIndex | None = None
+
+    def members(self, table: Table, bucket: object) -> frozenset[ObjectKey]:
+        own = self.added.get((table, bucket), frozenset())
+        if self.base is None:
+            return own
+        gone = self.removed.get((table, bucket), frozenset())
+        return (self.base.members(table, bucket) - gone) | own
+
+    def gateways_of_class(self, name: str) -> frozenset[ObjectKey]:
+        return self.members("class", name)
+
+    def listener_sets_of(self, gateway: ObjectKey) -> frozenset[ObjectKey]:
+        return self.members("listenerset", gateway)
+
+    def routes_of_parent(self, parent: ObjectKey) -> frozenset[ObjectKey]:
+        return self.members("parent", parent)
+
+    def routes_of_backend(self, service: ObjectKey) -> frozenset[ObjectKey]:
+        return self.members("backend", service)
+
+    def in_namespace(self, namespace: str) -> frozenset[ObjectKey]:
+        return self.members("namespace", namespace)
+
+    def overlaid(
+        self, changes: Mapping[ObjectKey, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]]
+    ) -> HierarchyIndex:
+        """This index as seen through an overlay that replaced a few objects."""
+        added: dict[Bucket, set[ObjectKey]] = {}
+        removed: dict[Bucket, set[ObjectKey]] = {}
+        for key, (old, new) in changes.items():
+            for bucket, member in _edges(key, old) if old is not None else ():
+                removed.setdefault(bucket, set()).add(member)
+            for bucket, member in _edges(key, new) if new is not None else ():
+                added.setdefault(bucket, set()).add(member)
+        return HierarchyIndex(
+            {b: frozenset(m) for b, m in added.items()},
+            {b: frozenset(m) for b, m in removed.items()},
+            self,
+        )
+
+
+def _edges(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Bucket, ObjectKey]]:
+    """What one object contributes to the index."""
+    gk = key.group_kind
+    if gk not in _HIERARCHY_KINDS:
+        return
+    if key.namespace:
+        yield ("namespace", key.namespace), key
+    if gk == kinds.GATEWAY:
+        class_name = _spec(obj).get("gatewayClassName")
+        if isinstance(class_name, str):
+            yield ("class", class_name), key
+    elif gk == kinds.LISTENER_SET:
+        parent = listener_set_parent(key, obj)
+        if parent is not None:
+            yield ("listenerset", parent), key
+    elif gk in kinds.ROUTE_KINDS:
+        for ref in parent_refs(key, obj):
+            yield ("parent", ref.key), key
+        for backend in backend_refs(key, obj):
+            yield ("backend", backend.key), key
+
+
+def build_index(view: ClusterView) -> HierarchyIndex:
+    buckets: dict[Bucket, set[ObjectKey]] = {}
+    for gk in sorted(_HIERARCHY_KINDS):
+        for obj in view.objects(gk):
+            meta = obj.get("metadata")
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            if not isinstance(name, str):
+                continue
+            ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+            key = ObjectKey(gk.group, gk.kind, ns if isinstance(ns, str) else "", name)
+            for bucket, member in _edges(key, obj):
+                buckets.setdefault(bucket, set()).add(member)
+    return HierarchyIndex({b: frozenset(m) for b, m in buckets.items()})
+
+
+class _Cached:
+    """One store's index, marked stale by the store's change feed (hierarchy kinds only)."""
+
+    __slots__ = ("index", "stale")
+
+    def __init__(self) -> None:
+        self.index: HierarchyIndex | None = None
+        self.stale = True
+
+    def on_change(self, key: ObjectKey, old: object, new: object) -> None:
+        if key.group_kind in _HIERARCHY_KINDS:
+            self.stale = True
+
+
+_CACHE: WeakKeyDictionary[Store, _Cached] = WeakKeyDictionary()
+
+
+def index_for(view: ClusterView) -> HierarchyIndex:
+    """The index of a view: cached per Store, layered for an overlay, else built afresh."""
+    if isinstance(view, OverlayView):
+        return index_for(view.base).overlaid(view.changes())
+    if not isinstance(view, Store):
+        return build_index(view)
+    cached = _CACHE.get(view)
+    if cached is None:
+        cached = _Cached()
+        view.subscribe(cached.on_change)
+        _CACHE[view] = cached
+    if cached.stale or cached.index is None:
+        cached.index = build_index(view)
+        cached.stale = False
+    return cached.index
+
+
+def affected_by(
+    target: ObjectKey, section: str | None, view: ClusterView, *, inherited: bool = True
+) -> set[ObjectKey]:
+    """Annotatable objects with a context through (target, section): who a policy there reaches.
+
+    With `inherited=False` (a Direct kind) only the target itself. Used for fan-out; also
+    right for hierarchy changes: a Namespace's labels or ReferenceGrants → `Namespace/<ns>`;
+    a changed route or Gateway → the union over the views before and after the change.
+    """
+    index = index_for(view)
+    out: set[ObjectKey] = set()
+    if target.group_kind in kinds.ANNOTATED_KINDS and view.get(target) is not None:
+        out.add(target)
+    if not inherited:
+        return out
+    memo = _Memo()
+    frontier = [Rung(target, section)]
+    seen: set[Rung] = set()
+    while frontier:
+        rung = frontier.pop()
+        if rung in seen:
+            continue
+        seen.add(rung)
+        for child in _children(rung, view, index, memo):
+            out.add(child)
+            frontier.append(Rung(child))
+    return out
+
+
+@dataclass(slots=True)
+class _Memo:
+    """Route contexts found during one fan-out, and what each parentRef gave."""
+
+    routes: dict[ObjectKey, list[Context]] = field(default_factory=dict)
+    parents: ParentMemo = field(default_factory=dict)
+
+
+def _children(
+    rung: Rung, view: ClusterView, index: HierarchyIndex, memo: _Memo
+) -> Iterator[ObjectKey]:
+    key, gk = rung.key, rung.key.group_kind
+
+    def route_contexts(route: ObjectKey) -> list[Context]:
+        if route not in memo.routes:
+            obj = view.get(route)
+            found = _route_contexts(route, obj, view, memo.parents) if obj is not None else []
+            memo.routes[route] = found
+        return memo.routes[route]
+
+    if gk == kinds.NAMESPACE:
+        yield from (k for k in index.in_namespace(key.name) if view.get(k) is not None)
+    elif gk == kinds.GATEWAY_CLASS:
+        yield from (k for k in index.gateways_of_class(key.name) if view.get(k) is not None)
+    elif gk in (kinds.GATEWAY, kinds.LISTENER_SET, kinds.SERVICE):
+        if gk == kinds.GATEWAY and rung.section is None:
+            for ls in index.listener_sets_of(key):
+                obj = view.get(ls)
+                if obj is not None and listener_set_attached(ls, obj, view) is not None:
+                    yield ls
+        for route in index.routes_of_parent(key):
+            if any(rung in ctx for ctx in route_contexts(route)):
+                yield route
+    elif gk in kinds.ROUTE_KINDS:
+        obj = view.get(key)
+        if obj is None or not route_contexts(key):
+            return
+        for backend in backend_refs(key, obj):
+            if rung.section is not None and backend.rule != rung.section:
+                continue
+            if view.get(backend.key) is not None and backend_allowed(key, backend, view):
+                yield backend.key

@@ -1,0 +1,107 @@
+"""The annotation value: schema v1 of SPEC §3.3, as compact deterministic JSON.
+
+Same inputs, same bytes: keys sorted, no spaces, contexts grouped and ordered by their paths.
+Over the size cap it degrades in the order SPEC §3.3 gives — `sources` first, then contexts
+(last ones first) — and always keeps every kind's `policies`, flagging `truncated: true`.
+Decision (docs/decisions.md): when even the `policies` lists exceed the cap, they are kept
+whole anyway; the cap is a target for the rest, never a reason to hide which policies apply.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from webhook.core import effective
+from webhook.core.refs import ObjectKey
+from webhook.core.settings import Settings
+from webhook.core.store import ClusterView
+
+VERSION = 1
+
+
+def summarize(
+    key: ObjectKey,
+    view: ClusterView,
+    settings: Settings,
+    *,
+    incoming: Mapping[str, Any] | None = None,
+) -> str | None:
+    """The annotation value for one object, or None when no policy reaches it."""
+    results = effective.compute(key, view, incoming=incoming, with_losers=False)
+    return render(results, max_bytes=settings.annotation_max_bytes)
+
+
+def render(results: Sequence[effective.KindResult], *, max_bytes: int) -> str | None:
+    if not results:
+        return None
+    value = summary_value(results)
+    text = dump(value)
+    if _size(text) <= max_bytes:
+        return text
+    return dump(_truncated(value, max_bytes))
+
+
+def summary_value(results: Sequence[effective.KindResult]) -> dict[str, Any]:
+    """The whole, untruncated v1 value as plain JSON-ready data."""
+    return {
+        "version": VERSION,
+        "policies": {str(r.group_kind): _kind_entry(r) for r in results},
+        "truncated": False,
+    }
+
+
+def _kind_entry(result: effective.KindResult) -> dict[str, Any]:
+    groups: dict[str, tuple[dict[str, Any], set[tuple[str, ...]]]] = {}
+    # Contexts with the same policies along them share one result object: dump each once.
+    seen: dict[tuple[int, int], str] = {}
+    for ctx in result.contexts:
+        identity = (id(ctx.effective), id(ctx.sources))
+        group_key = seen.get(identity)
+        if group_key is None:
+            sources = {ptr: src.as_json() for ptr, src in ctx.sources.items()}
+            group_key = dump([ctx.effective, sources])  # contexts alike in both are one entry
+            seen[identity] = group_key
+            if group_key not in groups:
+                groups[group_key] = ({"effective": ctx.effective, "sources": sources}, set())
+        groups[group_key][1].add(ctx.path)
+    contexts = [
+        {**entry, "paths": [list(p) for p in sorted(paths)]} for entry, paths in groups.values()
+    ]
+    contexts.sort(key=lambda e: (e["paths"], dump(e["effective"])))
+    return {"contexts": contexts, "policies": list(result.policies)}
+
+
+def _truncated(value: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """Drop `sources` everywhere, then contexts from the end, until the value fits."""
+    kinds: dict[str, dict[str, Any]] = {
+        name: {
+            "contexts": [_without_sources(c) for c in entry["contexts"]],
+            "policies": entry["policies"],
+        }
+        for name, entry in value["policies"].items()
+    }
+    out = {"version": VERSION, "policies": kinds, "truncated": True}
+    size = _size(dump(out))
+    # Drop the last context of the last kind still holding some, until it fits; each entry's
+    # share of the size is its own JSON plus the comma before it, so no re-dumping is needed.
+    for name in sorted(kinds, reverse=True):
+        contexts = kinds[name]["contexts"]
+        while contexts and size > max_bytes:
+            removed = contexts.pop()
+            size -= _size(dump(removed)) + (1 if contexts else 0)
+    return out
+
+
+def _without_sources(context: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in context.items() if k != "sources"}
+
+
+def dump(value: Any) -> str:
+    # default=str: a YAML-loaded manifest may hold dates; JSON from the API server never does.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
