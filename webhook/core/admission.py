@@ -67,7 +67,15 @@ def check_policy(
             namespace=namespace,
             view=view,
         )
-        findings += _engine_findings(obj, gk, view=view, settings=settings, old=old)
+    verdict = decide(
+        findings,
+        kind_actions=profile.rule_actions,
+        global_actions=settings.rule_actions,
+        strict=settings.strict,
+    )
+    if spec is None or not verdict.allowed:
+        return verdict  # a denied policy changes nothing: no conflicts or impact to preview
+    findings += _engine_findings(obj, gk, view=view, settings=settings, old=old)
     return decide(
         findings,
         kind_actions=profile.rule_actions,

@@ -57,6 +57,7 @@ class Loser:
     at: str
     field: str  # `backoff.maxInterval`, or WHOLE
     reason: str  # "overridden by infra/a", "lost tie-break to ns/zz (older)", …
+    by: Source | None = None  # what won instead; None when nothing single did
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,15 +179,15 @@ class _Board:
             and claim.policy is not None
             and winner.policy is not claim.policy
         ):
-            self.lose(claim, leaves.top_fields(path), _reason(claim, winner))
+            self.lose(claim, leaves.top_fields(path), _reason(claim, winner), by=winner.source)
 
-    def lose(self, claim: _Claim, what: str, reason: str) -> None:
+    def lose(self, claim: _Claim, what: str, reason: str, *, by: Source | None = None) -> None:
         if self.losers is None or claim.policy is None:
             return
         src = claim.source
         self.losers.setdefault(
             (claim.policy.ref, src.stanza, src.at, what),
-            Loser(claim.policy.ref, src.stanza, src.at, what, reason),
+            Loser(claim.policy.ref, src.stanza, src.at, what, reason, by),
         )
 
     def _blocker(self, path: leaves.Path) -> leaves.Path | None:
@@ -449,7 +450,9 @@ class _KindEngine:
             board.offer(path, value, winner)
         for claim, _ in ranked[1:]:
             if claim.policy is not winner.policy:
-                board.lose(claim, WHOLE, f"{_reason(claim, winner)} (atomic: replaced whole)")
+                board.lose(
+                    claim, WHOLE, f"{_reason(claim, winner)} (atomic: replaced whole)", by=winner.source
+                )
 
 
 def stanza_schema(spec_schema: leaves.Schema, stanza: str) -> leaves.Schema:
