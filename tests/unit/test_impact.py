@@ -18,18 +18,24 @@ from webhook.core.settings import Settings
 from webhook.core.store import Store
 
 
-def admit(store: Store, text: str, *, old: dict[str, Any] | None = None, settings: Settings | None = None) -> Verdict:
+def admit(
+    store: Store, text: str, *, old: dict[str, Any] | None = None, settings: Settings | None = None
+) -> Verdict:
     (obj,) = docs(text)
     key = key_of(obj)
     assert key is not None
-    return admission.check_policy(obj, key.group_kind, view=store, settings=settings or Settings(), old=old)
+    return admission.check_policy(
+        obj, key.group_kind, view=store, settings=settings or Settings(), old=old
+    )
 
 
 def lines(verdict: Verdict, rule: str) -> list[str]:
     return [f.text for f in verdict.warnings if f.rule_id == rule]
 
 
-def retry(name: str, ns: str, target: str, stanza: str, created: str = "2026-01-01T00:00:00Z") -> str:
+def retry(
+    name: str, ns: str, target: str, stanza: str, created: str = "2026-01-01T00:00:00Z"
+) -> str:
     return f"""
 apiVersion: policies.example.com/v1alpha1
 kind: RetryPolicy
@@ -66,40 +72,71 @@ def test_e10_second_direct_policy_is_told_the_first_wins_and_it_is_conflicted() 
 
 def test_e12_direct_policies_on_different_sections_do_not_conflict() -> None:
     store = store_of(CRDS, CLUSTER, health("p1", "2026-01-01T00:00:00Z"))
-    assert lines(admit(store, health("p2", "2026-01-01T00:00:01Z", section="https")), "PA-C01") == []
+    assert (
+        lines(admit(store, health("p2", "2026-01-01T00:00:01Z", section="https")), "PA-C01") == []
+    )
 
 
 def test_inherited_conflict_names_the_fields_the_other_policy_wins() -> None:
-    store = store_of(CRDS, CLUSTER, retry("older", "apps", ROUTE, "default: {maxRetries: 2, retryOn: ['502']}"))
-    verdict = admit(store, retry("newer", "apps", ROUTE, "default: {maxRetries: 5, backoff: {baseInterval: 1s}}", "2026-02-01T00:00:00Z"))
+    store = store_of(
+        CRDS, CLUSTER, retry("older", "apps", ROUTE, "default: {maxRetries: 2, retryOn: ['502']}")
+    )
+    verdict = admit(
+        store,
+        retry(
+            "newer",
+            "apps",
+            ROUTE,
+            "default: {maxRetries: 5, backoff: {baseInterval: 1s}}",
+            "2026-02-01T00:00:00Z",
+        ),
+    )
     (line,) = lines(verdict, "PA-C01")
     assert line.endswith("also targets HTTPRoute/apps/r and wins on maxRetries")
 
 
 def test_an_override_wins_over_a_default_at_the_same_rung_whatever_the_age() -> None:
     store = store_of(CRDS, CLUSTER, retry("older", "apps", ROUTE, "default: {maxRetries: 2}"))
-    verdict = admit(store, retry("newer", "apps", ROUTE, "override: {maxRetries: 5}", "2026-02-01T00:00:00Z"))
+    verdict = admit(
+        store, retry("newer", "apps", ROUTE, "override: {maxRetries: 5}", "2026-02-01T00:00:00Z")
+    )
     (line,) = lines(verdict, "PA-C01")
     assert "this one wins on maxRetries" in line
 
 
 def test_policies_that_set_different_fields_do_not_conflict() -> None:
     store = store_of(CRDS, CLUSTER, retry("older", "apps", ROUTE, "default: {maxRetries: 2}"))
-    assert lines(admit(store, retry("newer", "apps", ROUTE, "default: {retryOn: ['503']}")), "PA-C01") == []
+    assert (
+        lines(admit(store, retry("newer", "apps", ROUTE, "default: {retryOn: ['503']}")), "PA-C01")
+        == []
+    )
 
 
 def test_dead_default_names_the_override_that_always_wins() -> None:
     store = store_of(CRDS, CLUSTER, retry("gw-retry", "infra", GW, "override: {maxRetries: 3}"))
-    verdict = admit(store, retry("r-retry", "apps", ROUTE, "default: {maxRetries: 5, retryOn: ['504']}"))
+    verdict = admit(
+        store, retry("r-retry", "apps", ROUTE, "default: {maxRetries: 5, retryOn: ['504']}")
+    )
     (line,) = lines(verdict, "PA-C02")
-    assert line.startswith("[PA-C02] spec.default.maxRetries: can never take effect: overridden by infra/gw-retry")
+    assert line.startswith(
+        "[PA-C02] spec.default.maxRetries: can never take effect: overridden by infra/gw-retry"
+    )
     assert "retryOn" not in line
 
 
 def test_a_default_that_applies_somewhere_is_not_dead() -> None:
     # The override sits on the https listener only; the route also attaches via http.
     store = store_of(CRDS, CLUSTER.replace("sectionName: https}", "}"))
-    store.upsert(docs(retry("gw-retry", "infra", GW.replace("gw}", "gw, sectionName: https}"), "override: {maxRetries: 3}"))[0])
+    store.upsert(
+        docs(
+            retry(
+                "gw-retry",
+                "infra",
+                GW.replace("gw}", "gw, sectionName: https}"),
+                "override: {maxRetries: 3}",
+            )
+        )[0]
+    )
     verdict = admit(store, retry("r-retry", "apps", ROUTE, "default: {maxRetries: 5}"))
     assert lines(verdict, "PA-C02") == []
 
@@ -107,7 +144,9 @@ def test_a_default_that_applies_somewhere_is_not_dead() -> None:
 def test_override_that_beats_more_specific_policies_names_them() -> None:
     store = store_of(CRDS, CLUSTER, retry("r-retry", "apps", ROUTE, "default: {maxRetries: 5}"))
     verdict = admit(store, retry("gw-retry", "infra", GW, "override: {maxRetries: 3}"))
-    assert lines(verdict, "PA-C03") == ["[PA-C03] spec.override: beats 1 more specific policy: apps/r-retry"]
+    assert lines(verdict, "PA-C03") == [
+        "[PA-C03] spec.override: beats 1 more specific policy: apps/r-retry"
+    ]
 
 
 def test_impact_preview_shows_before_and_after_per_field() -> None:
@@ -128,7 +167,9 @@ def test_an_update_that_changes_nothing_previews_nothing() -> None:
 def test_impact_lines_are_bounded() -> None:
     store = store_of(CRDS, CLUSTER)
     stanza = "default: {maxRetries: 1, retryOn: ['5'], backoff: {baseInterval: 1s, maxInterval: 2s}, headers: {a: b}}"
-    verdict = admit(store, retry("many", "infra", GW, stanza), settings=Settings(max_impact_lines=2))
+    verdict = admit(
+        store, retry("many", "infra", GW, stanza), settings=Settings(max_impact_lines=2)
+    )
     found = lines(verdict, "PA-C04")
     assert len(found) == 3
     assert found[-1] == "[PA-C04] ... and 3 more changed fields"
@@ -157,10 +198,14 @@ def test_deleting_a_policy_previews_what_goes_back() -> None:
 
 
 def test_deleting_a_target_names_the_policies_left_without_it() -> None:
-    store = store_of(CRDS, CLUSTER, health("p1", "2026-01-01T00:00:00Z"), health("p2", "2026-01-01T00:00:01Z"))
+    store = store_of(
+        CRDS, CLUSTER, health("p1", "2026-01-01T00:00:00Z"), health("p2", "2026-01-01T00:00:01Z")
+    )
     foo = store.get(next(k for k in store.keys(GroupKind("", "Service")) if k.name == "foo"))
     assert foo is not None
-    verdict = admission.validate(review("DELETE", dict(foo)), view=store, settings=Settings(strict=True))
+    verdict = admission.validate(
+        review("DELETE", dict(foo)), view=store, settings=Settings(strict=True)
+    )
     assert verdict.allowed, "a DELETE is never denied, even with --strict"
     assert lines(verdict, "PA-C05") == [
         "[PA-C05] Service/apps/foo is still targeted by HealthCheckPolicy apps/p1, HealthCheckPolicy apps/p2; "
@@ -170,6 +215,8 @@ def test_deleting_a_target_names_the_policies_left_without_it() -> None:
 
 def test_a_denied_policy_gets_no_conflict_or_impact_findings() -> None:
     store = store_of(CRDS, CLUSTER, retry("older", "apps", ROUTE, "default: {maxRetries: 2}"))
-    verdict = admit(store, retry("bad", "apps", ROUTE, "default: {maxRetries: 5}\n  override: {maxRetries: 1}"))
+    verdict = admit(
+        store, retry("bad", "apps", ROUTE, "default: {maxRetries: 5}\n  override: {maxRetries: 1}")
+    )
     assert not verdict.allowed
     assert not [j for j in verdict.judged if j.finding.rule_id.startswith("PA-C")]
