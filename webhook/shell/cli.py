@@ -18,13 +18,10 @@ from webhook.core.profiles import ConfigError, OperatorConfig, parse_config
 from webhook.core.ruletable import RULE_IDS, rules_markdown
 from webhook.core.settings import DEFAULT_ANNOTATION_MAX_BYTES, DEFAULT_ANNOTATION_PREFIX, Settings
 from webhook.shell import check as check_cmd
+from webhook.shell.errors import UsageError
 from webhook.shell.manifests import ManifestError, load_store
 
 ENV_PREFIX = "POLICY_WEBHOOK_"
-
-
-class UsageError(Exception):
-    """A mistake on the command line or in a file it names: exit code 2 with the message."""
 
 
 def env_name(flag: str) -> str:

@@ -14,7 +14,7 @@ from webhook.core import effective, explain, summary
 from webhook.core.profiles import OperatorConfig
 from webhook.core.settings import Settings
 from webhook.core.store import Store
-from webhook.shell.cli import UsageError
+from webhook.shell.errors import UsageError
 from webhook.shell.manifests import load_store
 
 
