@@ -7,6 +7,7 @@ the argument parser, so neither page can drift from the code; a test compares th
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,12 @@ BEGIN, END = "<!-- BEGIN GENERATED -->\n", "<!-- END GENERATED -->\n"
 
 def flags_markdown() -> str:
     """One table per command: flag, environment variable, default, help."""
-    parser = build_parser()
+    saved = dict(os.environ)
+    os.environ.clear()  # defaults must not depend on who runs `make docs`
+    try:
+        parser = build_parser()
+    finally:
+        os.environ.update(saved)
     out: list[str] = []
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in subparsers.choices.items():
