@@ -440,21 +440,55 @@ def _channel_files(directory: Path) -> list[Path]:
 
 
 def adapt_crd_for_v1_20(node: Any) -> Any:
-    """Drop every `x-kubernetes-validations` (CEL, from 1.25) and every `default: ""`.
+    """Drop every `x-kubernetes-validations` (CEL, from 1.25) and every `default: ""`; make
+    string properties `nullable`.
 
     Measured on v1.20.2: a CEL key is an unknown JSONSchemaProps field (kubectl's validation and
     the server-side-apply typed patch both refuse it), and `default: ""` reaches the server's
-    check as null ("must be of type string").
+    check as null ("must be of type string"). So does a `""` value in an object (`group: ""` of
+    a parentRef or targetRef): with `nullable: true` the server accepts it and stores `""`.
+    List-map keys and array items stay as they are (a structural schema forbids nullable there).
     """
+    return _nullable_strings(_without_v1_20_unknowns(node))
+
+
+def _without_v1_20_unknowns(node: Any) -> Any:
     if isinstance(node, dict):
         return {
-            key: adapt_crd_for_v1_20(value)
+            key: _without_v1_20_unknowns(value)
             for key, value in node.items()
             if key != "x-kubernetes-validations" and not (key == "default" and value == "")
         }
     if isinstance(node, list):
-        return [adapt_crd_for_v1_20(item) for item in node]
+        return [_without_v1_20_unknowns(item) for item in node]
     return node
+
+
+def _nullable_strings(node: Any, map_keys: frozenset[str] = frozenset()) -> Any:
+    """`nullable: true` on every `type: string` property, except the list-map keys of `items`."""
+    if isinstance(node, list):
+        return [_nullable_strings(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    keys = frozenset(node.get("x-kubernetes-list-map-keys") or ())
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {
+                name: _nullable_property(name, schema, map_keys) for name, schema in value.items()
+            }
+        elif key == "items":
+            out[key] = _nullable_strings(value, keys)
+        else:
+            out[key] = _nullable_strings(value)
+    return out
+
+
+def _nullable_property(name: str, schema: Any, map_keys: frozenset[str]) -> Any:
+    schema = _nullable_strings(schema)
+    if isinstance(schema, dict) and schema.get("type") == "string" and name not in map_keys:
+        return {**schema, "nullable": True}
+    return schema
 
 
 # ---------------------------------------------------------------------- helpers
