@@ -1,0 +1,417 @@
+"""Reconciler cases a real API server will not produce on demand, against a tiny fake.
+
+A 409 needs a write that lands between our read and our patch, a 404 an object deleted in that
+window, a 500 a sick server. Here an aiohttp server on 127.0.0.1 answers PATCH requests from a
+script and records them; the store is filled by hand (no informers). What a real server does
+with our patches is tested in tests/e2e/test_reconciler.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from webhook.core.cache import SummaryCache
+from webhook.core.refs import GATEWAY_GROUP, GroupKind, ObjectKey
+from webhook.core.settings import Settings
+from webhook.core.store import Store
+from webhook.shell.informers import Resource
+from webhook.shell.metrics import Metrics
+from webhook.shell.reconciler import Reconciler, annotation_patch, object_path
+from webhook.shell.workqueue import TokenBucket, WorkQueue
+
+SETTINGS = Settings()
+KEY = SETTINGS.annotation_key
+GROUP = "policies.example.com"
+RESOURCES = {
+    GroupKind(GATEWAY_GROUP, "Gateway"): Resource(GATEWAY_GROUP, "v1", "gateways", "Gateway"),
+    GroupKind(GATEWAY_GROUP, "HTTPRoute"): Resource(GATEWAY_GROUP, "v1", "httproutes", "HTTPRoute"),
+    GroupKind("", "Service"): Resource("", "v1", "services", "Service"),
+}
+GW = ObjectKey(GATEWAY_GROUP, "Gateway", "infra", "gw")
+ROUTE = ObjectKey(GATEWAY_GROUP, "HTTPRoute", "apps", "r")
+SVC = ObjectKey("", "Service", "apps", "foo")
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"colorpolicies.{GROUP}", "labels": {f"{GATEWAY_GROUP}/policy": "inherited"}},
+    "spec": {"group": GROUP, "scope": "Namespaced", "names": {"kind": "ColorPolicy", "plural": "colorpolicies"},
+             "versions": [{"name": "v1", "served": True, "storage": True}]},
+}  # fmt: skip
+
+
+LISTENER = {
+    "name": "http",
+    "protocol": "HTTP",
+    "port": 80,
+    "allowedRoutes": {"namespaces": {"from": "All"}},
+}
+
+
+def gateway(version: str = "1", annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "gw", "namespace": "infra", "resourceVersion": version}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1",
+        "kind": "Gateway",
+        "metadata": metadata,
+        "spec": {"gatewayClassName": "acme", "listeners": [LISTENER]},
+    }  # fmt: skip
+
+
+def route(version: str = "1") -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "r", "namespace": "apps", "resourceVersion": version},
+        "spec": {"parentRefs": [{"name": "gw", "namespace": "infra"}],
+                 "rules": [{"backendRefs": [{"name": "foo", "port": 80}]}]},
+    }  # fmt: skip
+
+
+def color(value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "ColorPolicy",
+        "metadata": {"name": "c", "namespace": "infra", "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": "gw"}],
+                 "default": {"color": value}},
+    }  # fmt: skip
+
+
+@dataclass
+class FakeApiServer:
+    """Answers each PATCH with the next scripted status (200 once the script is used up)."""
+
+    script: list[int] = field(default_factory=list)
+    patches: list[tuple[str, dict[str, str], str, dict[str, Any]]] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        self.patches.append((request.path, dict(request.query), request.content_type, body))
+        status = self.script.pop(0) if self.script else 200
+        if status >= 300:
+            return web.json_response(
+                {"kind": "Status", "status": "Failure", "code": status, "reason": "Fake"},
+                status=status,
+            )
+        return web.json_response({"metadata": {"resourceVersion": "999"}})
+
+    def paths(self) -> list[str]:
+        return [path for path, *_ in self.patches]
+
+
+@asynccontextmanager
+async def serving(fake: FakeApiServer) -> AsyncIterator[client.ApiClient]:
+    app = web.Application()
+    app.router.add_patch("/{tail:.*}", fake.handle)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
+    try:
+        yield api
+    finally:
+        await api.close()
+        await runner.cleanup()
+
+
+def base_store() -> Store:
+    store = Store()
+    for obj in (CRD, gateway(), route()):
+        store.upsert(obj)
+    store.upsert({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "foo", "namespace": "apps", "resourceVersion": "1"},
+                  "spec": {"ports": [{"name": "http", "port": 80}]}})  # fmt: skip
+    return store
+
+
+Scenario = Callable[[Reconciler, Store, FakeApiServer], Awaitable[None]]
+
+
+def run(
+    fake: FakeApiServer, scenario: Scenario, store: Store | None = None, **options: Any
+) -> None:
+    async def main() -> None:
+        async with serving(fake) as api:
+            state = store or base_store()
+            reconciler = Reconciler(
+                api, state, SummaryCache(state, SETTINGS), SETTINGS, Metrics(),
+                resources=RESOURCES.get, backoff_base=0.01, backoff_cap=0.05, **options,
+            )  # fmt: skip
+            try:
+                await scenario(reconciler, state, fake)
+            finally:
+                await reconciler.stop()
+
+    asyncio.run(main())
+
+
+def sample(reconciler: Reconciler, name: str, kind: str) -> float:
+    value = reconciler.metrics.registry.get_sample_value(
+        f"policy_webhook_reconcile_{name}_total", {"kind": kind}
+    )
+    return value or 0.0
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+# --- the patch ----------------------------------------------------------------------------------
+
+
+def test_the_patch_sets_only_our_annotation_with_a_field_manager_and_a_precondition() -> None:
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        assert await reconciler.wait_idle(5)
+        by_path = {path: (query, ctype, body) for path, query, ctype, body in fake.patches}
+        query, ctype, body = by_path[
+            "/apis/gateway.networking.k8s.io/v1/namespaces/infra/gateways/gw"
+        ]
+        assert query == {"fieldManager": "policy-webhook"}
+        assert ctype == "application/merge-patch+json"
+        assert list(body) == ["metadata"] and set(body["metadata"]) == {
+            "annotations",
+            "resourceVersion",
+        }
+        assert body["metadata"]["resourceVersion"] == "1"
+        (value,) = body["metadata"]["annotations"].values()
+        assert body["metadata"]["annotations"] == {KEY: value}
+        assert json.loads(value)["policies"]["ColorPolicy.policies.example.com"]
+        assert set(by_path) >= {"/api/v1/namespaces/apps/services/foo"}
+
+    run(fake, scenario, store)
+
+
+def test_removal_is_a_null_for_our_key_alone() -> None:
+    assert annotation_patch(KEY, None, "7") == {
+        "metadata": {"annotations": {KEY: None}, "resourceVersion": "7"}
+    }
+    assert annotation_patch(KEY, "v", None) == {"metadata": {"annotations": {KEY: "v"}}}
+
+
+def test_object_paths_for_core_namespaced_and_cluster_scoped_kinds() -> None:
+    classes = Resource(GATEWAY_GROUP, "v1", "gatewayclasses", "GatewayClass")
+    assert object_path(RESOURCES[SVC.group_kind], SVC) == "/api/v1/namespaces/apps/services/foo"
+    assert (
+        object_path(classes, ObjectKey(GATEWAY_GROUP, "GatewayClass", "", "acme"))
+        == "/apis/gateway.networking.k8s.io/v1/gatewayclasses/acme"
+    )
+
+
+# --- when nothing is sent --------------------------------------------------------------------------
+
+
+def test_an_annotation_already_right_is_skipped_and_no_policy_means_no_patch() -> None:
+    fake = FakeApiServer()
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: reconciler.skips == 3)
+        assert await reconciler.wait_idle(5)
+        assert fake.patches == []
+        assert sample(reconciler, "skips", "Gateway.gateway.networking.k8s.io") == 1
+
+    run(fake, scenario)
+
+
+def test_nothing_happens_while_not_leading_and_leading_resyncs_everything() -> None:
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(gateway(annotations={KEY: "stale"}))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        store.upsert(color("red"))
+        await asyncio.sleep(0.2)
+        assert fake.patches == []
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        reconciler.set_leading(False)
+        await asyncio.sleep(0.05)
+        store.upsert(color("blue"))
+        await asyncio.sleep(0.2)
+        assert len(fake.patches) == 3, "a replica that stopped leading sends nothing"
+
+    run(fake, scenario, store)
+
+
+def test_no_patch_before_the_first_full_sync() -> None:
+    """A half-listed cluster (routes seen, policies not yet) would strip right annotations."""
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.ready = synced = asyncio.Event()
+        reconciler.set_leading(True)
+        await asyncio.sleep(0.2)
+        assert fake.patches == []
+        synced.set()
+        await until(lambda: len(fake.patches) == 3)
+
+    run(fake, scenario, store)
+
+
+# --- changes, de-duplication, rate ---------------------------------------------------------------
+
+
+def test_a_policy_change_patches_what_it_affects_once_and_our_echo_is_not_requeued() -> None:
+    fake = FakeApiServer()
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: reconciler.skips == 3)
+        store.upsert(color("red"))
+        await until(lambda: len(fake.patches) == 3)
+        assert await reconciler.wait_idle(5)
+        assert len(set(fake.paths())) == 3, "each affected object once"
+        # The watch events of our own patches arrive: nothing new to do.
+        for key, obj in ((GW, gateway("2")), (ROUTE, route("2"))):
+            value = reconciler.cache.get(key)
+            store.upsert({**obj, "metadata": {**obj["metadata"], "annotations": {KEY: value}}})
+        skips = reconciler.skips
+        await asyncio.sleep(0.1)
+        assert reconciler.skips == skips and len(fake.patches) == 3
+
+    run(fake, scenario)
+
+
+def test_a_key_queued_twice_is_processed_once() -> None:
+    async def main() -> None:
+        queue = WorkQueue()
+        queue.add(GW)
+        queue.add(GW)
+        queue.add(ROUTE)
+        assert len(queue) == 2
+        first = await queue.get()
+        queue.add(first)  # changed again while a worker holds it: runs again after
+        assert await queue.get() != first
+        queue.done(first)
+        assert await queue.get() == first
+
+    asyncio.run(main())
+
+
+def test_the_token_bucket_allows_a_burst_then_the_rate() -> None:
+    async def main() -> float:
+        bucket = TokenBucket(50.0, 2)
+        started = time.monotonic()
+        for _ in range(7):  # 2 at once, then 5 at 50/s
+            await bucket.acquire()
+        return time.monotonic() - started
+
+    took = asyncio.run(main())
+    assert 0.09 <= took < 0.5
+
+
+# --- failures ------------------------------------------------------------------------------------
+
+
+def test_a_conflict_is_retried_with_the_resource_version_the_watch_brings() -> None:
+    fake = FakeApiServer(script=[409])
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        for key in (ROUTE, SVC):  # right already: only the Gateway needs a patch
+            obj = copy.deepcopy(dict(store.get(key) or {}))
+            obj["metadata"]["annotations"] = {KEY: reconciler.cache.get(key)}
+            store.upsert(obj)
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 1)
+        store.upsert(gateway("5"))  # what made us conflict, as the watch reports it
+        await until(lambda: len(fake.patches) == 2)
+        assert await reconciler.wait_idle(5)
+        versions = [body["metadata"]["resourceVersion"] for *_, body in fake.patches]
+        assert versions == ["1", "5"]
+        assert reconciler.errors == 0 and reconciler.patches == 1
+
+    run(fake, scenario, store)
+
+
+def test_a_404_drops_the_key_without_an_error() -> None:
+    fake = FakeApiServer(script=[404, 404, 404])
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        assert await reconciler.wait_idle(5)
+        await asyncio.sleep(0.1)
+        assert len(fake.patches) == 3 and reconciler.errors == 0
+
+    run(fake, scenario, store)
+
+
+def test_server_errors_are_counted_and_retried_with_backoff_then_given_up() -> None:
+    fake = FakeApiServer(script=[500] * 100)
+    store = Store()
+    for obj in (CRD, gateway(), color("red")):
+        store.upsert(obj)
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: reconciler.errors == 4)
+        assert await reconciler.wait_idle(5)
+        assert len(fake.patches) == 4
+        assert sample(reconciler, "errors", "Gateway.gateway.networking.k8s.io") == 4
+
+    run(fake, scenario, store, max_attempts=4)
+
+
+@pytest.mark.parametrize("value", [None, "a stale value"])
+def test_someone_editing_our_annotation_gets_it_put_back(value: str | None) -> None:
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        right = reconciler.cache.get(GW)
+        store.upsert(gateway("2", {KEY: right or ""}))
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 2)  # route and Service
+        assert await reconciler.wait_idle(5)
+        store.upsert(gateway("3", {} if value is None else {KEY: value}))
+        await until(lambda: len(fake.patches) == 3)
+        assert fake.paths()[-1].endswith("/gateways/gw")
+        assert fake.patches[-1][3]["metadata"]["annotations"] == {KEY: right}
+
+    run(fake, scenario, store)
+
+
+def test_leadership_lost_and_won_again_at_once_keeps_working() -> None:
+    """The ending term's clean-up (queue cleared, listener dropped) must not hit the new one."""
+    fake = FakeApiServer()
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: reconciler.skips == 3)
+        reconciler.set_leading(False)
+        reconciler.set_leading(True)
+        await until(lambda: reconciler.skips == 6)  # the new term resynced
+        store.upsert(color("red"))
+        await until(lambda: len(fake.patches) == 3)
+
+    run(fake, scenario)

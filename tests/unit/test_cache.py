@@ -1,0 +1,529 @@
+"""The summary cache: hits and misses, TTL as a safety net, and SPEC §5.8 as a property —
+after any sequence of changes, every cached summary equals a fresh computation.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from engine_fixtures import CRDS, docs, gateway, route, service
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from webhook.core import dependencies, kinds, summary
+from webhook.core.cache import SummaryCache
+from webhook.core.refs import GATEWAY_GROUP, ObjectKey
+from webhook.core.settings import Settings
+from webhook.core.store import Store
+
+SETTINGS = Settings()
+GROUP = "policies.example.com"
+
+BASE = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: infra}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps, labels: {gateway-access: "true"}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: acme}
+spec: {controllerName: example.net/acme}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: infra}
+spec:
+  gatewayClassName: acme
+  listeners: [{name: http, protocol: HTTP, port: 80, allowedRoutes: {namespaces: {from: All}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: extra, namespace: apps}
+spec:
+  parentRef: {name: gw, namespace: infra}
+  listeners: [{name: admin, protocol: HTTP, port: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: foo, namespace: apps}
+spec: {ports: [{name: http, port: 80}, {name: https, port: 443}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: bar, namespace: apps}
+spec: {ports: [{name: http, port: 8080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: baz, namespace: shop}
+spec: {ports: [{port: 80}]}
+"""
+
+# --- the pieces random changes are made of ------------------------------------------------------
+
+SELECTED = {
+    "namespaces": {"from": "Selector", "selector": {"matchLabels": {"gateway-access": "true"}}}
+}
+LISTENERS = {
+    "http": {"name": "http", "protocol": "HTTP", "port": 80, "allowedRoutes": SELECTED},
+    "https": {
+        "name": "https",
+        "protocol": "HTTPS",
+        "port": 443,
+        "allowedRoutes": {"namespaces": {"from": "All"}},
+    },
+    "tls": {"name": "tls", "protocol": "TLS", "port": 8443},
+}
+ALLOWED_LISTENERS = [None, {"namespaces": {"from": "All"}}, SELECTED]
+
+PARENTS: list[list[dict[str, Any]]] = [
+    [{"name": "gw", "namespace": "infra"}],
+    [{"name": "gw", "namespace": "infra", "sectionName": "https"}],
+    [{"name": "gw2", "namespace": "infra"}],
+    [{"kind": "ListenerSet", "name": "extra", "namespace": "apps"}],
+    [{"group": "", "kind": "Service", "name": "foo", "namespace": "apps"}],
+    [{"name": "gw", "namespace": "infra"}, {"name": "gw2", "namespace": "infra"}],
+    [],
+]
+BACKENDS: list[list[dict[str, Any]]] = [
+    [{"name": "foo", "namespace": "apps", "port": 80}],
+    [{"name": "bar", "namespace": "apps", "port": 8080}],
+    [{"name": "foo", "namespace": "apps", "port": 443}, {"name": "baz", "namespace": "shop"}],
+    [],
+]
+ROUTES = [("apps", "r1"), ("apps", "r2"), ("shop", "r3")]
+LABELS: list[dict[str, str]] = [{}, {"gateway-access": "true"}, {"team": "x"}]
+
+# (group, kind, namespace or None for the policy's own, name, sectionName)
+TARGETS: list[tuple[str, str, str | None, str, str | None]] = [
+    (GATEWAY_GROUP, "Gateway", "infra", "gw", None),
+    (GATEWAY_GROUP, "Gateway", "infra", "gw", "https"),
+    (GATEWAY_GROUP, "Gateway", "infra", "gw2", None),
+    (GATEWAY_GROUP, "GatewayClass", None, "acme", None),
+    (GATEWAY_GROUP, "ListenerSet", "apps", "extra", None),
+    (GATEWAY_GROUP, "HTTPRoute", "apps", "r1", None),
+    (GATEWAY_GROUP, "HTTPRoute", "apps", "r2", "main"),
+    (GATEWAY_GROUP, "HTTPRoute", "shop", "r3", None),
+    ("", "Service", "apps", "foo", None),
+    ("", "Service", "apps", "foo", "https"),
+    ("", "Service", "shop", "baz", None),
+    ("", "Namespace", None, "apps", None),
+    ("", "Namespace", None, "infra", None),
+]
+POLICY_KINDS = ["RetryPolicy", "ColorPolicy", "HealthCheckPolicy", "TimeoutPolicy"]
+TIMES = ["2024-01-01T00:00:00Z", "2024-01-01T00:00:01Z"]
+
+
+def _stanza(kind: str) -> st.SearchStrategy[dict[str, Any]]:
+    if kind == "RetryPolicy":
+        return st.fixed_dictionaries(
+            {},
+            optional={
+                "maxRetries": st.integers(0, 3),
+                "retryOn": st.lists(st.sampled_from(["502", "503"]), max_size=2),
+            },
+        )
+    return st.fixed_dictionaries(
+        {}, optional={"color": st.sampled_from(["red", "blue"]), "timeout": st.just("1s")}
+    )
+
+
+@st.composite
+def policy_docs(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(POLICY_KINDS))
+    ns = draw(st.sampled_from(["infra", "apps"]))
+    refs = []
+    for group, target_kind, target_ns, name, section in draw(
+        st.lists(st.sampled_from(TARGETS), min_size=1, max_size=2, unique=True)
+    ):
+        ref: dict[str, Any] = {"group": group, "kind": target_kind, "name": name}
+        if target_ns is not None and target_ns != ns:
+            ref["namespace"] = target_ns
+        if section is not None:
+            ref["sectionName"] = section
+        refs.append(ref)
+    spec: dict[str, Any] = {"targetRefs": refs}
+    if kind == "HealthCheckPolicy":
+        spec["path"] = draw(st.sampled_from(["/a", "/b"]))
+    else:
+        for stanza in draw(st.sampled_from([["default"], ["override"], ["default", "override"]])):
+            spec[stanza] = draw(_stanza(kind))
+    name = draw(st.sampled_from(["p0", "p1", "p2", "p3"]))
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "creationTimestamp": draw(st.sampled_from(TIMES)),
+        },
+        "spec": spec,
+    }
+
+
+def route_doc(ns: str, name: str, parents: int, backends: int) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "parentRefs": copy.deepcopy(PARENTS[parents]),
+            "rules": [{"name": "main", "backendRefs": copy.deepcopy(BACKENDS[backends])}],
+        },
+    }
+
+
+def gateway_doc(listeners: list[str], allowed: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "gatewayClassName": "acme",
+        "listeners": [copy.deepcopy(LISTENERS[name]) for name in listeners],
+    }
+    if ALLOWED_LISTENERS[allowed] is not None:
+        spec["allowedListeners"] = copy.deepcopy(ALLOWED_LISTENERS[allowed])
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "infra"},
+        "spec": spec,
+    }
+
+
+def grant_doc(variant: int) -> dict[str, Any]:
+    """0: routes of `apps` may use Services of `shop`; 1: policies of `infra` may target routes
+    of `shop`; 2: both."""
+    entries = [
+        ({"group": GATEWAY_GROUP, "kind": "HTTPRoute", "namespace": "apps"}, {"group": "", "kind": "Service"}),
+        *(
+            ({"group": GROUP, "kind": kind, "namespace": "infra"}, {"group": GATEWAY_GROUP, "kind": "HTTPRoute"})
+            for kind in POLICY_KINDS
+        ),
+    ]  # fmt: skip
+    chosen = entries[:1] if variant == 0 else entries[1:] if variant == 1 else entries
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {"name": "grant", "namespace": "shop"},
+        "spec": {"from": [f for f, _ in chosen], "to": [t for _, t in chosen]},
+    }
+
+
+def namespace_doc(name: str, labels: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": LABELS[labels]},
+    }
+
+
+GRANT = ObjectKey(GATEWAY_GROUP, "ReferenceGrant", "shop", "grant")
+COLOR_CRD = ObjectKey(
+    "apiextensions.k8s.io", "CustomResourceDefinition", "", f"colorpolicies.{GROUP}"
+)
+
+Op = tuple[str, Any]
+
+OPS: st.SearchStrategy[Op] = st.one_of(
+    st.tuples(st.just("upsert"), policy_docs()),
+    st.tuples(
+        st.just("delete"),
+        st.builds(
+            lambda kind, ns, name: ObjectKey(GROUP, kind, ns, name),
+            st.sampled_from(POLICY_KINDS),
+            st.sampled_from(["infra", "apps"]),
+            st.sampled_from(["p0", "p1", "p2", "p3"]),
+        ),
+    ),
+    st.tuples(
+        st.just("upsert"),
+        st.builds(
+            lambda r, p, b: route_doc(*ROUTES[r], p, b),
+            st.integers(0, len(ROUTES) - 1),
+            st.integers(0, len(PARENTS) - 1),
+            st.integers(0, len(BACKENDS) - 1),
+        ),
+    ),
+    st.tuples(st.just("delete"), st.sampled_from([route(ns, name) for ns, name in ROUTES])),
+    st.tuples(
+        st.just("upsert"),
+        st.builds(namespace_doc, st.sampled_from(["apps", "shop"]), st.integers(0, len(LABELS) - 1)),
+    ),
+    st.tuples(st.just("upsert"), st.builds(grant_doc, st.integers(0, 2))),
+    st.tuples(st.just("delete"), st.just(GRANT)),
+    st.tuples(
+        st.just("upsert"),
+        st.builds(
+            gateway_doc,
+            st.lists(st.sampled_from(sorted(LISTENERS)), unique=True),
+            st.integers(0, len(ALLOWED_LISTENERS) - 1),
+        ),
+    ),
+    st.tuples(
+        st.just("delete"),
+        st.sampled_from([gateway("infra", "gw"), service("apps", "foo"), ObjectKey(GATEWAY_GROUP, "ListenerSet", "apps", "extra")]),
+    ),
+    st.tuples(st.just("restore"), st.just(None)),
+    st.tuples(st.just("color-class"), st.sampled_from(["Inherited", "Direct", "none"])),
+    # On policies that exist: delete one, or give it other targets (a retarget).
+    st.tuples(st.just("delete-policy"), st.integers(0, 7)),
+    st.tuples(st.just("retarget"), st.tuples(st.integers(0, 7), policy_docs())),
+    st.tuples(st.just("retarget"), st.tuples(st.integers(0, 7), policy_docs())),
+)  # fmt: skip
+
+
+def base_store() -> Store:
+    store = Store()
+    for doc in [*docs(CRDS), *docs(BASE), gateway_doc(["http", "https"], 2)]:
+        store.upsert(doc)
+    for ns, name in ROUTES:
+        store.upsert(route_doc(ns, name, 0, 0))
+    return store
+
+
+def apply(store: Store, op: Op) -> None:
+    what, arg = op
+    existing = sorted(store.policies(), key=lambda p: p.key)
+    if what == "upsert":
+        store.upsert(arg)
+    elif what == "delete":
+        store.delete(arg)
+    elif what == "restore":  # bring back what the deletes above may have taken away
+        for doc in [*docs(BASE), gateway_doc(["http", "https"], 2)]:
+            store.upsert(doc)
+    elif what == "delete-policy" and existing:
+        store.delete(existing[arg % len(existing)].key)
+    elif what == "retarget" and existing:
+        index, other = arg
+        old = store.get(existing[index % len(existing)].key) or {}
+        store.upsert({**old, "spec": other["spec"]} if old.get("kind") == other["kind"] else old)
+    elif what == "color-class":
+        crd = copy.deepcopy(dict(store.get(COLOR_CRD) or {}))
+        labels = {} if arg == "none" else {f"{GATEWAY_GROUP}/policy": arg}
+        crd["metadata"] = {**crd["metadata"], "labels": labels}
+        store.upsert(crd)
+
+
+def annotated(store: Store) -> list[ObjectKey]:
+    return sorted(key for gk in kinds.ANNOTATED_KINDS for key in store.keys(gk))
+
+
+def assert_fresh(cache: SummaryCache, store: Store, keys: list[ObjectKey]) -> None:
+    for key in keys:
+        assert cache.get(key) == summary.summarize(key, store, SETTINGS), f"stale: {key}"
+
+
+# --- the property ----------------------------------------------------------------------------
+
+
+def policy_on_gateway(name: str, color: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "ColorPolicy",
+        "metadata": {"name": name, "namespace": "infra", "creationTimestamp": TIMES[0]},
+        "spec": {
+            "targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": "gw"}],
+            "default": {"color": color},
+        },
+    }
+
+
+def cross_namespace_policy() -> dict[str, Any]:
+    """From `infra` onto a route of `shop`: counts only once a grant in `shop` allows it."""
+    doc = policy_on_gateway("cross", "blue")
+    doc["spec"]["targetRefs"] = [
+        {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": "r3", "namespace": "shop"}
+    ]
+    return doc
+
+
+GW_POLICY: Op = ("upsert", policy_on_gateway("gw-color", "red"))
+
+
+# Random search finds what two or three changes do together; these examples make sure every
+# kind of dependency is exercised on every run, whatever the search draws.
+@example(start=[GW_POLICY], ops=[("upsert", namespace_doc("apps", 0))])  # labels → listeners
+@example(start=[GW_POLICY], ops=[("delete-policy", 0)])  # the old targets of a policy
+@example(start=[GW_POLICY], ops=[("color-class", "Direct")])  # a kind's class (CRD label)
+@example(  # a grant admits a cross-namespace backend
+    start=[GW_POLICY, ("upsert", route_doc("apps", "r1", 0, 2))], ops=[("upsert", grant_doc(0))]
+)
+@example(start=[("upsert", cross_namespace_policy())], ops=[("upsert", grant_doc(1))])
+@example(start=[GW_POLICY], ops=[("upsert", route_doc("apps", "r1", 2, 1))])  # a route moves
+@example(start=[GW_POLICY], ops=[("upsert", gateway_doc(["https"], 0))])  # listeners go
+@example(
+    start=[GW_POLICY, ("upsert", route_doc("apps", "r2", 3, 0))],
+    ops=[("delete", ObjectKey(GATEWAY_GROUP, "ListenerSet", "apps", "extra"))],
+)
+@example(
+    start=[GW_POLICY, ("upsert", route_doc("apps", "r2", 4, 0))],
+    ops=[("delete", service("apps", "foo")), ("restore", None)],
+)
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    start=st.lists(st.one_of(st.tuples(st.just("upsert"), policy_docs()), OPS), max_size=6),
+    ops=st.lists(OPS, min_size=1, max_size=10),
+)
+def test_cached_summaries_always_equal_a_fresh_computation(start: list[Op], ops: list[Op]) -> None:
+    store = base_store()
+    for op in start:  # a random cluster to begin with, cached whole before the first change
+        apply(store, op)
+    cache = SummaryCache(store, SETTINGS)
+    keys = annotated(store)
+    assert_fresh(cache, store, keys)  # everything cached before the first change
+    for op in ops:
+        apply(store, op)
+        keys = sorted({*keys, *annotated(store)})  # deleted objects too: their answer is None
+        assert_fresh(cache, store, keys)
+
+
+def test_the_property_catches_a_cache_that_forgets_to_invalidate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The property is not vacuous: with dependency tracking switched off it fails."""
+    monkeypatch.setattr(dependencies, "affected_by_change", lambda *a, **k: set())
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    assert cache.get(r1) is None
+    apply(store, ("upsert", policy_on_gateway("p0", "red")))
+    assert cache.get(r1) is None
+    assert summary.summarize(r1, store, SETTINGS) is not None
+
+
+# --- hits, misses and the TTL ---------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_second_get_is_a_hit_and_returns_the_same_value() -> None:
+    store = base_store()
+    store.upsert(policy_on_gateway("p0", "red"))
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    first = cache.get(r1)
+    assert first is not None and '"color":"red"' in first
+    assert (cache.hits, cache.misses) == (0, 1)
+    assert cache.get(r1) == first
+    assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_no_annotation_is_cached_too() -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    assert cache.get(r1) is None
+    assert cache.get(r1) is None
+    assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_a_change_drops_what_it_affects_and_keeps_the_rest() -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    r1, r3 = route("apps", "r1"), route("shop", "r3")
+    store.upsert(route_doc("shop", "r3", 2, 0))  # r3 on gw2, r1 on gw
+    cache.get(r1), cache.get(r3)
+    store.upsert(policy_on_gateway("p0", "red"))  # reaches gw and r1, not gw2 or r3
+    assert r1 not in cache and r3 in cache
+    assert cache.dropped >= 1
+    assert cache.get(r1) is not None
+    assert cache.get(r3) is None
+    assert (cache.hits, cache.misses) == (1, 3)
+
+
+def test_a_write_of_our_own_annotation_drops_nothing() -> None:
+    store = base_store()
+    store.upsert(policy_on_gateway("p0", "red"))
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    value = cache.get(r1)
+    obj = copy.deepcopy(dict(store.get(r1) or {}))
+    obj["metadata"]["annotations"] = {SETTINGS.annotation_key: value}
+    store.upsert(obj)
+    assert r1 in cache
+
+
+def test_ttl_expiry_recomputes_as_a_safety_net() -> None:
+    clock = Clock()
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS, ttl=10.0, timer=clock)
+    r1 = route("apps", "r1")
+    cache.get(r1)
+    clock.now = 9.0
+    cache.get(r1)
+    clock.now = 11.0
+    cache.get(r1)
+    assert (cache.hits, cache.misses) == (1, 2)
+
+
+def test_invalidate_all_forgets_everything() -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    for key in annotated(store):
+        cache.get(key)
+    assert len(cache) == len(annotated(store))
+    cache.invalidate_all()
+    assert len(cache) == 0
+
+
+def test_maxsize_evicts_but_answers_stay_right() -> None:
+    store = base_store()
+    store.upsert(policy_on_gateway("p0", "red"))
+    cache = SummaryCache(store, SETTINGS, maxsize=2)
+    assert_fresh(cache, store, annotated(store))
+    assert len(cache) == 2
+
+
+def test_listeners_hear_the_affected_set_of_each_write() -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    heard: list[tuple[ObjectKey, frozenset[ObjectKey]]] = []
+
+    def listener(key: ObjectKey, old: Mapping[str, Any] | None, new: Any, affected: Any) -> None:
+        heard.append((key, affected))
+
+    cache.add_listener(listener)
+    store.upsert(policy_on_gateway("p0", "red"))
+    ((key, affected),) = heard
+    assert key.name == "p0"
+    assert {gateway("infra", "gw"), route("apps", "r1")} <= affected
+    cache.remove_listener(listener)
+    store.upsert(policy_on_gateway("p0", "blue"))
+    assert len(heard) == 1
+
+
+def test_an_empty_cache_with_no_listener_skips_the_fan_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[ObjectKey] = []
+    real = dependencies.affected_by_change
+
+    def counting(key: ObjectKey, *args: Any, **kwargs: Any) -> set[ObjectKey]:
+        calls.append(key)
+        return real(key, *args, **kwargs)
+
+    monkeypatch.setattr(dependencies, "affected_by_change", counting)
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    store.upsert(policy_on_gateway("p0", "red"))
+    assert calls == []
+    cache.get(route("apps", "r1"))
+    store.upsert(policy_on_gateway("p0", "blue"))
+    assert len(calls) == 1

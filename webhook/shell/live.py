@@ -1,0 +1,142 @@
+"""Cluster mode of `serve`: informers fill the store; the Lease holder reconciles annotations.
+
+Wiring only. Every replica keeps the store in step with the API server (admission reads it);
+one replica at a time — the holder of a `coordination.k8s.io` Lease — also patches the
+annotation of existing objects (SPEC §3.2). `/readyz` waits for the first full sync (the
+informers report it), never for the Lease: a replica that does not lead still serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from kubernetes_asyncio import client
+
+from webhook.core.cache import SummaryCache
+from webhook.core.settings import Settings
+from webhook.core.store import Store
+from webhook.shell import informers
+from webhook.shell.leader import LeaderElector
+from webhook.shell.logs import fields
+from webhook.shell.metrics import Metrics
+from webhook.shell.readiness import Readiness
+from webhook.shell.reconciler import Reconciler
+
+log = logging.getLogger(__name__)
+
+EXPORT_SECONDS = 5.0  # how often cache counters and store sizes reach /metrics
+
+
+@contextlib.asynccontextmanager
+async def running(
+    args: argparse.Namespace,
+    *,
+    store: Store,
+    settings: Settings,
+    metrics: Metrics,
+    readiness: Readiness,
+) -> AsyncIterator[None]:
+    """Informers, cache, reconciler and leader election for as long as the block runs.
+
+    On exit, in this order: the reconciler stops (no patch after this point), the Lease is
+    released (another replica takes over at once instead of after expiry), the watches end,
+    and the API client closes.
+    """
+    api = await informers.connect(args.kubeconfig)
+    source = informers.ClusterSource(
+        api, store, keep_annotation=settings.annotation_key, metrics=metrics, readiness=readiness
+    )
+    cache = SummaryCache(store, settings)
+    reconciler: Reconciler | None = None
+    elector: LeaderElector | None = None
+    exporter = _Exporter(cache, store, metrics)
+    try:
+        source.start()  # readiness `state-synced` turns ok once every kind is listed
+        if args.no_reconcile:
+            log.info("reconciler disabled (--no-reconcile): admission only")
+        else:
+            reconciler = Reconciler(
+                api,
+                store,
+                cache,
+                settings,
+                metrics,
+                resources=lambda gk: source.watched().get(gk),
+                ready=source.synced,
+            )
+            elector = _elector(args, api, metrics, reconciler)
+            elector.start()
+        exporter.start()
+        yield
+    finally:
+        await exporter.stop()
+        if reconciler is not None:
+            await reconciler.stop()
+            log.info(
+                "reconciler stopped",
+                extra=fields(
+                    patches=reconciler.patches, skips=reconciler.skips, errors=reconciler.errors
+                ),
+            )
+        if elector is not None:
+            await elector.stop()  # releases the Lease if we hold it
+        await source.stop()
+        await api.close()
+
+
+def _elector(
+    args: argparse.Namespace, api: client.ApiClient, metrics: Metrics, reconciler: Reconciler
+) -> LeaderElector:
+    def started() -> None:
+        reconciler.set_leading(True)  # waits for the first sync, then resyncs everything
+
+    def stopped() -> None:
+        reconciler.set_leading(False)
+
+    return LeaderElector(
+        api,
+        namespace=args.leader_election_namespace,
+        name=args.leader_election_name,
+        metrics=metrics,
+        on_started_leading=started,
+        on_stopped_leading=stopped,
+    )
+
+
+class _Exporter:
+    """Copies the cache's plain counters and the store's sizes into Prometheus metrics.
+
+    The core keeps plain ints (it knows nothing of Prometheus); Counters only go up, so each
+    round adds what was counted since the last one.
+    """
+
+    def __init__(self, cache: SummaryCache, store: Store, metrics: Metrics) -> None:
+        self.cache, self.store, self.metrics = cache, store, metrics
+        self._hits = self._misses = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="metrics exporter")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.export()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(EXPORT_SECONDS)
+            self.export()
+
+    def export(self) -> None:
+        hits, misses = self.cache.hits, self.cache.misses
+        self.metrics.cache_hits.inc(hits - self._hits)
+        self.metrics.cache_misses.inc(misses - self._misses)
+        self._hits, self._misses = hits, misses
+        for gk in list(self.store.all_kinds()):
+            self.metrics.store_objects.labels(kind=str(gk)).set(self.store.count(gk))
