@@ -132,6 +132,14 @@ class LocalCluster:
         _terminate(self._apiserver)
         return self._start_apiserver()
 
+    def stop_apiserver(self) -> None:
+        """Stop only kube-apiserver (by PID), keeping etcd and the data: an API outage."""
+        _terminate(self._apiserver)
+
+    def start_apiserver(self) -> float:
+        """Start kube-apiserver again after `stop_apiserver`; return seconds to ready."""
+        return self._start_apiserver()
+
     def cleanup(self) -> None:
         """Stop everything and delete the working directory."""
         self.stop()

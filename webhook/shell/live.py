@@ -20,6 +20,7 @@ from webhook.core.cache import SummaryCache
 from webhook.core.settings import Settings
 from webhook.core.store import Store
 from webhook.shell import informers
+from webhook.shell import readiness as ready
 from webhook.shell.leader import LeaderElector
 from webhook.shell.logs import fields
 from webhook.shell.metrics import Metrics
@@ -53,7 +54,9 @@ async def running(
     cache = SummaryCache(store, settings)
     reconciler: Reconciler | None = None
     elector: LeaderElector | None = None
-    exporter = _Exporter(cache, store, metrics)
+    exporter = _Exporter(
+        cache, store, metrics, source, readiness, max_age=args.max_state_age_seconds
+    )
     try:
         source.start()  # readiness `state-synced` turns ok once every kind is listed
         if args.no_reconcile:
@@ -67,6 +70,9 @@ async def running(
                 metrics,
                 resources=lambda gk: source.watched().get(gk),
                 ready=source.synced,
+                qps=args.reconcile_qps,
+                burst=args.reconcile_burst,
+                resync_period=args.resync_seconds,
             )
             elector = _elector(args, api, metrics, reconciler)
             elector.start()
@@ -97,10 +103,15 @@ def _elector(
     def stopped() -> None:
         reconciler.set_leading(False)
 
+    lease = args.lease_duration_seconds
     return LeaderElector(
         api,
         namespace=args.leader_election_namespace,
         name=args.leader_election_name,
+        # client-go's proportions: renew deadline 2/3 of the lease, retries every 2/15 of it.
+        lease_duration=lease,
+        renew_deadline=lease * 2 / 3,
+        retry_period=lease * 2 / 15,
         metrics=metrics,
         on_started_leading=started,
         on_stopped_leading=stopped,
@@ -108,14 +119,29 @@ def _elector(
 
 
 class _Exporter:
-    """Copies the cache's plain counters and the store's sizes into Prometheus metrics.
+    """Copies the cache's plain counters into Prometheus metrics, and judges staleness.
 
     The core keeps plain ints (it knows nothing of Prometheus); Counters only go up, so each
     round adds what was counted since the last one.
+
+    Stale state (docs/reliability.md): admission keeps answering from the last known state —
+    the store is stale, not wrong — and the age is exported. Past `max_age` (0: never) the
+    replica turns unready, so the API server's calls go to replicas that still hear the API
+    server; if all are stale, the failure policy decides.
     """
 
-    def __init__(self, cache: SummaryCache, store: Store, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        cache: SummaryCache,
+        store: Store,
+        metrics: Metrics,
+        source: informers.ClusterSource,
+        readiness: Readiness,
+        *,
+        max_age: float,
+    ) -> None:
         self.cache, self.store, self.metrics = cache, store, metrics
+        self.source, self.readiness, self.max_age = source, readiness, max_age
         self._hits = self._misses = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -138,5 +164,16 @@ class _Exporter:
         self.metrics.cache_hits.inc(hits - self._hits)
         self.metrics.cache_misses.inc(misses - self._misses)
         self._hits, self._misses = hits, misses
+        age = self.source.last_sync_age()
+        if age != float("inf"):
+            self.metrics.state_age.set(age)
+        if self.max_age > 0 and self.source.synced.is_set():
+            fresh = age <= self.max_age
+            reason = (
+                ""
+                if fresh
+                else f"no watch has shown life for {age:.0f}s (limit {self.max_age:.0f}s)"
+            )
+            self.readiness.set(ready.STATE_FRESH, fresh, reason)
         for gk in list(self.store.all_kinds()):
             self.metrics.store_objects.labels(kind=str(gk)).set(self.store.count(gk))

@@ -84,6 +84,11 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.state_age = Gauge(
+            f"{PREFIX}_state_age_seconds",
+            "Seconds since the least recently heard-from watched kind showed life (staleness).",
+            registry=r,
+        )
         self.watch_restarts = Counter(
             f"{PREFIX}_watch_restarts",
             "Watches restarted (error, timeout or 410 Gone relist), by kind (Kind.group).",

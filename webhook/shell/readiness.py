@@ -11,6 +11,7 @@ from dataclasses import dataclass
 TLS = "tls"
 STATE_SYNCED = "state-synced"
 NOT_DRAINING = "not-draining"
+STATE_FRESH = "state-fresh"
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,16 @@ def add_flags(
     )
     add("--no-reconcile", action="store_true", default=env_bool("--no-reconcile"),
         help="serve admission only; never patch existing objects")  # fmt: skip
+    add("--reconcile-qps", type=float, default=float(env("--reconcile-qps", 20.0)),
+        help="annotation patches per second the leader may send (token bucket)")  # fmt: skip
+    add("--reconcile-burst", type=int, default=int(env("--reconcile-burst", 40)),
+        help="patches that may go at once before --reconcile-qps applies")  # fmt: skip
+    add("--resync-seconds", type=float, default=float(env("--resync-seconds", 600.0)),
+        help="how often the leader re-checks every object's annotation (a safety net)")  # fmt: skip
+    add("--lease-duration-seconds", type=float, default=float(env("--lease-duration-seconds", 15.0)),
+        help="how long a Lease holder may go silent before another replica takes over")  # fmt: skip
+    add("--max-state-age-seconds", type=float, default=float(env("--max-state-age-seconds", 900.0)),
+        help="readiness fails when no watch has shown life for this long (0: never)")  # fmt: skip
     add("--drain-seconds", type=float, default=float(env("--drain-seconds", 15.0)),
         help="on SIGTERM, how long in-flight requests may take to finish")  # fmt: skip
     add("--shutdown-delay-seconds", type=float, default=float(env("--shutdown-delay-seconds", 0.0)),
