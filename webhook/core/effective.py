@@ -88,8 +88,13 @@ def compute(
     *,
     incoming: Mapping[str, Any] | None = None,
     with_losers: bool = True,
+    only: GroupKind | None = None,
 ) -> list[KindResult]:
-    """The effective policies of one object, one result per policy kind that reaches it."""
+    """The effective policies of one object, one result per policy kind that reaches it.
+
+    `only` limits the work to one policy kind (kinds never interact, SPEC §5): the impact
+    preview of a policy change needs no other.
+    """
     if incoming is not None:
         view = OverlayView(view, upserts=[incoming])
     obj = view.get(key)
@@ -105,6 +110,8 @@ def compute(
     sections = kinds.section_names(key.group_kind, obj)
     out = []
     for gk in sorted(reached):
+        if only is not None and gk != only:
+            continue
         engine = _KindEngine(view.profile(gk), finder, with_losers)
         result = engine.run(key, obj, contexts, sections)
         if result is not None:

@@ -97,7 +97,7 @@ def _reach(policy: Policy, view: ClusterView) -> set[ObjectKey]:
 
 
 def _kind_result(key: ObjectKey, view: ClusterView, gk: GroupKind) -> KindResult | None:
-    return next((r for r in effective.compute(key, view) if r.group_kind == gk), None)
+    return next(iter(effective.compute(key, view, only=gk)), None)
 
 
 # --- PA-C01 ----------------------------------------------------------------------------------
