@@ -1,15 +1,13 @@
-"""Builders for unit tests: cluster state from YAML, as a user would write it."""
+"""The admission rules' test cluster, as YAML a user would write; the builders are shared
+with the engine tests (`engine_fixtures`)."""
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
-import yaml
+from engine_fixtures import config_of, docs, store_of
 
-from webhook.core.profiles import OperatorConfig, parse_config
-from webhook.core.ruletable import RULE_IDS
-from webhook.core.store import Store
+__all__ = ["CLUSTER", "POLICY_CRDS", "config_of", "docs", "one", "store_of"]
 
 POLICY_CRDS = """
 apiVersion: apiextensions.k8s.io/v1
@@ -134,22 +132,6 @@ spec:
 """
 
 
-def docs(text: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(textwrap.dedent(text)) if d]
-
-
 def one(text: str) -> dict[str, Any]:
     (doc,) = docs(text)
     return doc
-
-
-def store_of(*texts: str, config: OperatorConfig | None = None) -> Store:
-    store = Store(config)
-    for text in texts:
-        for doc in docs(text):
-            store.upsert(doc)
-    return store
-
-
-def config_of(text: str) -> OperatorConfig:
-    return parse_config(yaml.safe_load(textwrap.dedent(text)), known_rules=RULE_IDS)
