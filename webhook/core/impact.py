@@ -47,7 +47,7 @@ def policy_findings(
     after = OverlayView(before, upserts=[obj])
     old_policy = read_policy(old, view.profile(gk)) if old is not None else None
     affected = _reach(policy, after) | (_reach(old_policy, before) if old_policy else set())
-    sample = sorted(affected)[: settings.max_impact_objects]
+    sample = sorted(affected, key=_ladder_order)[: settings.max_impact_objects]
     results_after = {key: _kind_result(key, after, gk) for key in sample}
     findings = list(_conflicts(policy, after))
     if policy.policy_class == "Inherited":
@@ -71,7 +71,7 @@ def delete_findings(
     if policy is None:
         return []
     after = _without(view, key)
-    affected = sorted(_reach(policy, view))
+    affected = sorted(_reach(policy, view), key=_ladder_order)
     sample = affected[: settings.max_impact_objects]
     before = {k: _kind_result(k, view, gk) for k in sample}
     after_results = {k: _kind_result(k, after, gk) for k in sample}

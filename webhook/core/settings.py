@@ -19,9 +19,10 @@ class Settings:
     # Global per-rule actions from the operator config (a kind profile's own win over these).
     rule_actions: Mapping[str, Action] = field(default_factory=dict)
     max_impact_lines: int = 5
-    # PA-C04: effective policies compared before/after on at most this many affected objects;
-    # the admission stays fast on a Gateway with thousands of routes, and the line says so.
-    max_impact_objects: int = 200  # PA-C04 lines per admission; the rest are counted, not listed
+    # PA-C04 (and C02/C03): effective policies compared before/after on at most this many
+    # affected objects, the least specific first (Gateways, then routes, then Services), so
+    # an admission stays fast on a Gateway with thousands of routes; the line says so.
+    max_impact_objects: int = 25  # PA-C04 lines per admission; the rest are counted, not listed
 
     @property
     def annotation_key(self) -> str:
