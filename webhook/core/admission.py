@@ -17,6 +17,14 @@ from webhook.core.reviews import Request
 from webhook.core.settings import Settings
 from webhook.core.store import ClusterView
 
+# Bounds on a policy's `spec` before any rule reads it (SPEC §2.6: a policy the rules cannot
+# read is a DENY, never a 500). The rules and the engine walk a spec recursively and spend
+# tens of microseconds per value, on the event loop every other admission call waits on;
+# a real policy has tens of values a few levels deep, while the API server admits objects
+# of up to 3 MiB: a million values, or nesting that exhausts Python's recursion limit.
+MAX_SPEC_DEPTH = 64
+MAX_SPEC_VALUES = 5000
+
 
 def validate(request: Request, *, view: ClusterView, settings: Settings) -> Verdict:
     """SPEC §2: check a policy on CREATE/UPDATE; DELETE and `status` writes are allowed."""
@@ -43,10 +51,13 @@ def check_policy(
     profile = view.profile(gk)
     findings: list[Finding] = []
     spec = spec_of(obj)
+    too_big = None if spec is None else _too_big(spec)
     if spec is None:
         findings.append(
             Finding("PA-S00", "spec", f"expected an object, got {_type_name(obj.get('spec'))}")
         )
+    elif too_big is not None:
+        findings.append(Finding("PA-S00", too_big[0], too_big[1]))
     else:
         policy_class, inferred = class_of(spec, profile)
         if inferred:
@@ -73,7 +84,7 @@ def check_policy(
         global_actions=settings.rule_actions,
         strict=settings.strict,
     )
-    if spec is None or not verdict.allowed:
+    if spec is None or too_big is not None or not verdict.allowed:
         return verdict  # a denied policy changes nothing: no conflicts or impact to preview
     findings += _engine_findings(obj, gk, view=view, settings=settings, old=old)
     return decide(
@@ -122,6 +133,29 @@ def _delete_findings(
     if key is None:
         return []
     return impact.delete_findings(old, gk, view=view, settings=settings)
+
+
+def _too_big(spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(field, message) when `spec` is deeper or larger than the rules will read; else None."""
+    values = 1
+    stack: list[tuple[object, int, str]] = [(spec, 1, "spec")]
+    while stack:
+        value, depth, top = stack.pop()
+        if not isinstance(value, Mapping | list):
+            continue
+        values += len(value)  # counted before they are looked at: a list may hold millions
+        if values > MAX_SPEC_VALUES:
+            return "spec", f"holds more than {MAX_SPEC_VALUES} values; the rules cannot read it"
+        if depth == MAX_SPEC_DEPTH and value:
+            return top, f"nests more than {MAX_SPEC_DEPTH} levels deep; the rules cannot read it"
+        if isinstance(value, Mapping):
+            stack.extend(
+                (child, depth + 1, f"spec.{key}" if depth == 1 else top)
+                for key, child in value.items()
+            )
+        else:
+            stack.extend((child, depth + 1, top) for child in value)
+    return None
 
 
 def _namespace_of(obj: Mapping[str, Any]) -> str:

@@ -458,7 +458,10 @@ class _KindEngine:
         for claim, _ in ranked[1:]:
             if claim.policy is not winner.policy:
                 board.lose(
-                    claim, WHOLE, f"{_reason(claim, winner)} (atomic: replaced whole)", by=winner.source
+                    claim,
+                    WHOLE,
+                    f"{_reason(claim, winner)} (atomic: replaced whole)",
+                    by=winner.source,
                 )
 
 

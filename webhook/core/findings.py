@@ -14,6 +14,9 @@ from webhook.core.profiles import Action
 from webhook.core.ruletable import RULES_BY_ID
 
 MAX_WARNINGS = 10  # SPEC §2.5
+# A line quotes what the user wrote (a name, a key, a value) and that may be megabytes long.
+# SPEC §2.5 wants ≤ 120 characters where possible; this bounds the cases where it is not.
+MAX_LINE = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +70,8 @@ class Verdict:
 
     def warning_lines(self) -> list[str]:
         """At most MAX_WARNINGS lines; the last one says how many were left out (SPEC §2.5)."""
-        lines = [f.text for f in self.warnings] + list(self.notes)
+        # Warnings reach the user as HTTP `Warning` headers, which cannot hold a line break.
+        lines = [one_line(f.text) for f in self.warnings] + [one_line(n) for n in self.notes]
         if len(lines) <= MAX_WARNINGS:
             return lines
         kept = lines[: MAX_WARNINGS - 1]
@@ -75,6 +79,15 @@ class Verdict:
             f"... and {len(lines) - len(kept)} more warnings (run `policy-webhook check` to see all)"
         )
         return kept
+
+
+def one_line(text: str, limit: int = MAX_LINE) -> str:
+    """`text` on one line (control characters become spaces), cut to `limit` with an ellipsis."""
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else " " for c in text)
 
 
 def resolve_action(

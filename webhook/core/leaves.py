@@ -93,7 +93,15 @@ def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Any]) -> None:
 
 
 def _all_keyed(items: list[Any], keys: tuple[str, ...]) -> bool:
-    return all(isinstance(i, Mapping) and all(k in i for k in keys) for i in items)
+    # A key value is part of a path, so it must be a scalar: an object or list there (which
+    # the CRD schema would refuse) makes the list one leaf rather than an unhashable path.
+    return all(
+        isinstance(i, Mapping) and all(k in i and _is_scalar(i[k]) for k in keys) for i in items
+    )
+
+
+def _is_scalar(value: object) -> bool:
+    return value is None or isinstance(value, str | int | float)
 
 
 def build(values: Mapping[Path, Any]) -> dict[str, Any]:

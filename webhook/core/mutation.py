@@ -19,6 +19,9 @@ from webhook.core.reviews import Request
 from webhook.core.settings import Settings
 from webhook.core.store import ClusterView
 
+MAX_NAME = 253  # a DNS subdomain: the longest name of any object we annotate
+MAX_NAMESPACE = 63  # a DNS label
+
 
 def annotation_patch(
     request: Request, *, view: ClusterView, settings: Settings
@@ -70,11 +73,16 @@ def _with_identity(
     still be the object's real one, or no policy would find it.
     """
     name = metadata.get("name") or request.get("name")
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME:
+        # Over 253 characters it is no Kubernetes name: the API server validates names only
+        # after mutating admission and will refuse this object, so there is nothing to annotate
+        # (and a megabyte name would be copied into every path of the summary).
         return obj, None
     namespace = metadata.get("namespace") or request.get("namespace") or ""
     if kinds.is_cluster_scoped(gk) or not isinstance(namespace, str):
         namespace = ""
+    if len(namespace) > MAX_NAMESPACE:
+        return obj, None
     fixed = dict(obj)
     fixed["metadata"] = {
         **metadata,

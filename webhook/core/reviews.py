@@ -13,11 +13,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
-from webhook.core.findings import Verdict
+from webhook.core.findings import MAX_LINE, Verdict, one_line
 from webhook.core.ruletable import RULES_BY_ID
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
+MAX_STATUS_MESSAGE = 4096  # characters of `status.message`; the causes carry every denial
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -93,17 +94,23 @@ _OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 
 
 def decode_review(body: bytes) -> Request:
-    """Parse and check the envelope; the object inside is left to the rules, whatever it is."""
+    """Parse and check the envelope; the object inside is left to the rules, whatever it is.
+
+    Duplicate keys: the last one wins, as in the API server's own decoder (Go `encoding/json`).
+    """
     try:
-        review = json.loads(body)
+        review = json.loads(body, parse_constant=_not_json)
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedReview(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        # Python's parser recurses once per level; the API server never nests ~1000 deep.
+        raise MalformedReview("body is not JSON we can read: nested too deeply") from None
     if not isinstance(review, dict):
         raise MalformedReview("body is not a JSON object")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
         raise MalformedReview(
             f"expected apiVersion {API_VERSION} kind {KIND}, got "
-            f"{review.get('apiVersion')!r} {review.get('kind')!r}"
+            f"{_short(review.get('apiVersion'))} {_short(review.get('kind'))}"
         )
     request = review.get("request")
     if not isinstance(request, dict):
@@ -111,25 +118,54 @@ def decode_review(body: bytes) -> Request:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise MalformedReview("request has no `uid`")
-    if request.get("operation") not in _OPERATIONS:
+    operation = request.get("operation")
+    if not isinstance(operation, str) or operation not in _OPERATIONS:  # a list is unhashable
         raise MalformedReview(
-            f"request.operation {request.get('operation')!r} is not one of {sorted(_OPERATIONS)}"
+            f"request.operation {_short(operation)} is not one of {sorted(_OPERATIONS)}"
         )
     kind = request.get("kind")
-    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
-        raise MalformedReview("request.kind must be {group, version, kind}")
+    if (
+        not isinstance(kind, dict)
+        or not isinstance(kind.get("kind"), str)
+        or not all(isinstance(kind.get(name, ""), str) for name in ("group", "version"))
+    ):
+        raise MalformedReview("request.kind must be {group, version, kind}, all strings")
+    for name in ("name", "namespace", "subResource"):
+        if request.get(name) is not None and not isinstance(request.get(name), str):
+            raise MalformedReview(f"request.{name} must be a string")
     for name in ("object", "oldObject"):
         if request.get(name) is not None and not isinstance(request.get(name), dict):
             raise MalformedReview(f"request.{name} must be an object or null")
     return request  # type: ignore[return-value]
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def _short(value: object, limit: int = 64) -> str:
+    """A value quoted in a 400 message, cut short: the body it came from may be megabytes."""
+    if isinstance(value, dict | list):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"  # repr could recurse
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def encode_review(response: Response) -> bytes:
-    return json.dumps(
-        {"apiVersion": API_VERSION, "kind": KIND, "response": response},
-        separators=(",", ":"),
-        ensure_ascii=False,
-    ).encode()
+    return _json_bytes({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+
+
+def _json_bytes(value: object) -> bytes:
+    """Compact UTF-8 JSON; `ensure_ascii` only when a lone surrogate makes UTF-8 impossible.
+
+    `"\\ud800"` is valid JSON and decodes to a str no codec will encode; escaping it again
+    keeps the response well-formed and the echoed uid equal to the one received.
+    """
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 # --- the response vocabulary ----------------------------------------------------------------
@@ -150,7 +186,7 @@ def patched(uid: str, operations: Sequence[Mapping[str, Any]]) -> Response:
     """Allowed, with a JSON Patch (RFC 6902), base64-encoded as the API requires."""
     response: Response = {"uid": uid, "allowed": True}
     if operations:
-        raw = json.dumps(list(operations), separators=(",", ":"), ensure_ascii=False).encode()
+        raw = _json_bytes(list(operations))
         response["patch"] = base64.b64encode(raw).decode("ascii")
         response["patchType"] = "JSONPatch"
     return response
@@ -168,16 +204,22 @@ def from_verdict(uid: str, verdict: Verdict, *, request: Request) -> Response:
         return allowed(uid, warnings=verdict.warning_lines(), audit=audit)
     denials = verdict.denials
     obj = request.get("object") or request.get("oldObject") or {}
-    name = str((obj.get("metadata") or {}).get("name") or request.get("name") or "")
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        name = request.get("name") or ""
+    name = one_line(name, 253)  # a Kubernetes name is at most 253 characters
     kind = request["kind"]
-    summary = "; ".join(f.text for f in denials)
+    summary = "; ".join(one_line(f.text) for f in denials)
     response: Response = {
         "uid": uid,
         "allowed": False,
         "status": {
             "code": 422,
             "reason": "Invalid",
-            "message": f'{kind["kind"]} "{name}" is invalid: {summary}',
+            "message": one_line(
+                f'{kind["kind"]} "{name}" is invalid: {summary}', MAX_STATUS_MESSAGE
+            ),
             "details": {
                 "name": name,
                 "group": kind.get("group", ""),
@@ -185,8 +227,8 @@ def from_verdict(uid: str, verdict: Verdict, *, request: Request) -> Response:
                 "causes": [
                     {
                         "type": RULES_BY_ID[f.rule_id].cause_type,
-                        "field": f.field,
-                        "message": f"[{f.rule_id}] {f.message}",
+                        "field": one_line(f.field, MAX_LINE),
+                        "message": one_line(f"[{f.rule_id}] {f.message}"),
                     }
                     for f in denials
                 ],

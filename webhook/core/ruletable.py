@@ -36,8 +36,8 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("PA-S00", "deny", "the policy cannot be read: `spec` is missing or not an object",
-         "give the policy a `spec` mapping with targetRefs and its settings", "FieldValueInvalid", "2.6"),
+    Rule("PA-S00", "deny", "the policy cannot be read: `spec` is missing, not an object, or nested deeper than 64 levels or larger than 5,000 values",
+         "give the policy a `spec` mapping with targetRefs and its settings, of a realistic size", "FieldValueInvalid", "2.6"),
     Rule("PA-S01", "deny", "both `targetRef` and `targetRefs` are set",
          "keep one of them; prefer `targetRefs`", "FieldValueForbidden", "2.1"),
     Rule("PA-S02", "deny", "the policy has no target",

@@ -255,10 +255,7 @@ def _stanza_content(
 
 def _overlap(a: Mapping[Path, Any], b: Mapping[Path, Any]) -> set[Path]:
     """Paths of `a` that are the same leaf as, or contain or sit under, a leaf of `b`."""
-    out = set()
-    for pa in a:
-        for pb in b:
-            shorter = min(len(pa), len(pb))
-            if pa[:shorter] == pb[:shorter]:
-                out.add(pa)
-    return out
+    # Every prefix of every path of `b`, so each path of `a` is looked up, not compared with
+    # each of `b` in turn: a spec with thousands of leaves must not cost millions of steps.
+    prefixes_of_b = {pb[:i] for pb in b for i in range(len(pb) + 1)}
+    return {pa for pa in a if pa in prefixes_of_b or any(pa[:i] in b for i in range(len(pa)))}

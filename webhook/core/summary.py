@@ -104,4 +104,6 @@ def dump(value: Any) -> str:
 
 
 def _size(text: str) -> int:
-    return len(text.encode("utf-8"))
+    # surrogatepass: a lone surrogate (valid as a JSON escape in a name) is no UTF-8, but
+    # counting it as its three bytes beats a crash; the API server stores it as U+FFFD, also 3.
+    return len(text.encode("utf-8", "surrogatepass"))

@@ -34,7 +34,7 @@ class Metrics:
         self.admission_requests = Counter(
             f"{PREFIX}_admission_requests",
             "Admission reviews answered, by endpoint and verdict "
-            "(allowed, denied, patched, malformed, too_large, error).",
+            "(allowed, denied, patched, malformed, too_large, timeout, error).",
             ["endpoint", "verdict"],
             registry=r,
         )

@@ -3,7 +3,8 @@
 Two error channels, as in every admission webhook:
 - a broken *webhook call* is an HTTP error, so the API server's `failurePolicy` decides what
   happens to the user's request: a body that is not an AdmissionReview v1 → 400, a body over
-  7 MiB → 413, an exception in the core (our bug, logged with the request uid) → 500;
+  7 MiB → 413, a body still arriving after BODY_TIMEOUT → 408, an exception in the core (our
+  bug, logged with the request uid) → 500;
 - a broken *user request* — a policy that breaks the rules, even one the rules cannot read — is
   HTTP 200 with `response.allowed: false` and `response.status` (422 Invalid), which `kubectl`
   prints to the user like its own validation errors.
@@ -37,6 +38,19 @@ logger = logging.getLogger(__name__)
 # object and the oldObject, plus the envelope — so no honest review is bigger than 7 MiB.
 # controller-runtime caps its webhook bodies at the same size for the same reason.
 MAX_BODY_BYTES = 7 * 1024 * 1024
+# The API server gives up on a webhook call after the webhook's `timeoutSeconds` (at most 30 s;
+# we ship 5 s) and sends headers and body at once, so a body still arriving after this long is
+# not from a live API server: answer 408 and close, rather than hold the connection forever.
+# (aiohttp then reads on for at most 10 s, its "lingering close", so that a client still
+# writing can read the 408; the connection is gone 20 s after its headers at the latest.)
+BODY_TIMEOUT = 10.0  # seconds
+# A connection that has not sent a complete request for this long is closed: an idle keep-alive
+# connection, or one that finished TLS and then sent nothing or half the headers (aiohttp has one
+# timer for all three; its default is an hour). Longer than the API server's own idle-connection
+# timeout (90 s, Go's `http.Transport` default), so that it is the client that closes an idle
+# connection — never we, just as it sends a request on it, which would fail that call.
+# The TLS handshake itself is bounded by asyncio: 60 s (`ssl_handshake_timeout`).
+IDLE_TIMEOUT = 100.0  # seconds
 DEFAULT_DRAIN_TIMEOUT = 15.0  # seconds; well inside the pod's default 30 s grace period
 _CANCEL_GRACE = 0.5  # seconds for aiohttp to cancel what outlived the drain
 
@@ -51,10 +65,16 @@ def build_app(
     readiness: Readiness,
     metrics: Metrics,
     log_bodies: bool = False,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> web.Application:
     """The webhook's routes; `serve`/`HttpsServer` put it behind TLS."""
     handlers = _Handlers(
-        view=view, settings=settings, readiness=readiness, metrics=metrics, log_bodies=log_bodies
+        view=view,
+        settings=settings,
+        readiness=readiness,
+        metrics=metrics,
+        log_bodies=log_bodies,
+        body_timeout=body_timeout,
     )
     # A chunked body has no length to check up front: `request.read()` stops it at this size.
     app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -78,6 +98,10 @@ class _BodyTooLarge(Exception):
     pass
 
 
+class _BodyTooSlow(Exception):
+    pass
+
+
 class _Handlers:
     """The route handlers. The core runs synchronously, on the event loop: it is fast and pure,
     and the informers write the store on this same loop, so a review sees one consistent state."""
@@ -90,12 +114,14 @@ class _Handlers:
         readiness: Readiness,
         metrics: Metrics,
         log_bodies: bool,
+        body_timeout: float,
     ) -> None:
         self._view = view
         self._settings = settings
         self._readiness = readiness
         self._metrics = metrics
         self._log_bodies = log_bodies
+        self._body_timeout = body_timeout
 
     # --- admission ---------------------------------------------------------------------------
 
@@ -125,7 +151,7 @@ class _Handlers:
     ) -> web.Response:
         started = time.perf_counter()
         try:
-            body = await _read_body(request)
+            body = await _read_body(request, self._body_timeout)
         except _BodyTooLarge:
             message = (
                 f"request body exceeds {MAX_BODY_BYTES} bytes; no AdmissionReview is that large"
@@ -133,6 +159,11 @@ class _Handlers:
             return self._rejected(
                 endpoint, started, 413, "RequestEntityTooLarge", message, "too_large"
             )
+        except _BodyTooSlow:
+            message = f"request body not received within {self._body_timeout:g} s"
+            response = self._rejected(endpoint, started, 408, "Timeout", message, "timeout")
+            response.force_close()  # `Connection: close`: no second request on this one
+            return response
         try:
             review = reviews.decode_review(body)
         except reviews.MalformedReview as exc:
@@ -234,14 +265,17 @@ class _Handlers:
         )
 
 
-async def _read_body(request: web.Request) -> bytes:
-    """The whole body, at most MAX_BODY_BYTES; the content type is not checked (any is fine)."""
+async def _read_body(request: web.Request, timeout: float) -> bytes:
+    """The whole body, at most MAX_BODY_BYTES within `timeout` seconds; any content type."""
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise _BodyTooLarge  # refused before reading a byte of it
     try:
-        return await request.read()
+        async with asyncio.timeout(timeout):
+            return await request.read()
     except web.HTTPRequestEntityTooLarge:  # chunked, no length: counted while reading
         raise _BodyTooLarge from None
+    except TimeoutError:
+        raise _BodyTooSlow from None
 
 
 def _http_error(code: int, reason: str, message: str) -> web.Response:
@@ -288,6 +322,7 @@ class HttpsServer:
         port: int = 8443,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
         shutdown_delay: float = 0.0,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         self._tls = tls
         self._readiness = readiness
@@ -302,7 +337,12 @@ class HttpsServer:
         app.middlewares.append(self._track)
         # access_log=None: every admission call gets its own decision line; probes need none.
         # shutdown_timeout: what is still running after our drain is stuck; cancel it soon.
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=_CANCEL_GRACE)
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            shutdown_timeout=_CANCEL_GRACE,
+            keepalive_timeout=idle_timeout,
+        )
         self._watch: asyncio.Task[None] | None = None
         self._serving = False
 
@@ -389,6 +429,7 @@ async def serve(
     port: int = 8443,
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
     shutdown_delay: float = 0.0,
+    idle_timeout: float = IDLE_TIMEOUT,
     stop: asyncio.Event | None = None,
     on_started: Callable[[HttpsServer], None] | None = None,
 ) -> None:
@@ -402,6 +443,7 @@ async def serve(
         port=port,
         drain_timeout=drain_timeout,
         shutdown_delay=shutdown_delay,
+        idle_timeout=idle_timeout,
     )
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
