@@ -51,6 +51,8 @@ def add_flags(
         help="require client certificates signed by this CA (the API server's)")  # fmt: skip
     add("--self-signed-dir", default=env("--self-signed-dir"),
         help="with no certificate given: write the generated CA and certificate here (default: a temp dir)")  # fmt: skip
+    add("--insecure-dev-plaintext", action="store_true", default=env_bool("--insecure-dev-plaintext"),
+        help="serve plain HTTP without TLS, for local development only (logs a warning)")  # fmt: skip
     add("--tls-poll-seconds", type=float, default=float(env("--tls-poll-seconds", 5.0)),
         help="how often to look for rotated certificate files")  # fmt: skip
     add("--manifests", action="append", default=_split(env("--manifests")), metavar="PATH",
@@ -123,11 +125,14 @@ async def _serve(args: argparse.Namespace, *, config: OperatorConfig, settings: 
     metrics = Metrics()
     readiness = Readiness(ready.TLS, ready.STATE_SYNCED, ready.NOT_DRAINING)
     store = Store(config)
-    files = certificate_files(args)
-    tls = ReloadingTLS(
-        str(files.cert_file), str(files.key_file),
-        client_ca_file=args.client_ca_file, poll_interval=args.tls_poll_seconds, metrics=metrics,
-    )  # fmt: skip
+    tls: ReloadingTLS | None = None
+    files = CertFiles(Path(), Path())
+    if not args.insecure_dev_plaintext:
+        files = certificate_files(args)
+        tls = ReloadingTLS(
+            str(files.cert_file), str(files.key_file),
+            client_ca_file=args.client_ca_file, poll_interval=args.tls_poll_seconds, metrics=metrics,
+        )  # fmt: skip
     app = build_app(
         view=store,
         settings=settings,

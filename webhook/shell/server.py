@@ -316,7 +316,7 @@ class HttpsServer:
         self,
         app: web.Application,
         *,
-        tls: ReloadingTLS,
+        tls: ReloadingTLS | None,
         readiness: Readiness,
         host: str = "0.0.0.0",
         port: int = 8443,
@@ -358,16 +358,22 @@ class HttpsServer:
 
     async def start(self) -> None:
         await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, self._host, self._requested_port, ssl_context=self._tls.context
-        )
+        context = self._tls.context if self._tls is not None else None
+        site = web.TCPSite(self._runner, self._host, self._requested_port, ssl_context=context)
         await site.start()
-        if self._tls.poll_interval > 0:
+        if self._tls is not None and self._tls.poll_interval > 0:
             self._watch = asyncio.create_task(self._tls.watch(), name="tls-reload")
         self._serving = True
-        self._readiness.set(ready.TLS, True, "serving certificate loaded")
+        if self._tls is None:
+            # Development only (`--insecure-dev-plaintext`): the API server never calls a
+            # webhook over plain HTTP, so this serves curl and local tools, nothing else.
+            self._readiness.set(ready.TLS, True, "PLAINTEXT (development only)")
+            logger.warning("serving PLAIN HTTP without TLS: for local development only")
+        else:
+            self._readiness.set(ready.TLS, True, "serving certificate loaded")
         self._readiness.set(ready.NOT_DRAINING, True, "serving")
-        logger.info("listening", extra=fields(host=self._host, port=self.port, scheme="https"))
+        scheme = "https" if self._tls is not None else "http"
+        logger.info("listening", extra=fields(host=self._host, port=self.port, scheme=scheme))
 
     async def shutdown(self) -> None:
         self._readiness.set(ready.NOT_DRAINING, False, "shutting down")
@@ -423,7 +429,7 @@ class HttpsServer:
 async def serve(
     app: web.Application,
     *,
-    tls: ReloadingTLS,
+    tls: ReloadingTLS | None,
     readiness: Readiness,
     host: str = "0.0.0.0",
     port: int = 8443,
