@@ -9,41 +9,40 @@ own, with the default timings (lease 15 s), so a killed leader is replaced withi
 
 from __future__ import annotations
 
-import asyncio
-import copy
 import json
-import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from convergence import (
+    GW,
+    KEY,
+    apply,
+    converge,
+    delete,
+    leading,
+    patches,
+    policy,
+    skips,
+    snapshot,
+    wait_for_annotation,
+    wait_until,
+    without_ours,
+    wrong,
+)
 from webhook_harness import WebhookProcess, apply_example_cluster
 
-from webhook.core import kinds, summary
-from webhook.core.refs import ObjectKey, key_of
-from webhook.core.settings import Settings
-from webhook.core.store import Store
-from webhook.shell.informers import connect, request_json
+from webhook.core import kinds
+from webhook.core.refs import ObjectKey
 
 if TYPE_CHECKING:
     from cluster import LocalCluster
 
-SETTINGS = Settings()
-KEY = SETTINGS.annotation_key
 LEASE = "e2e-reconciler"
 NAMESPACES = ("infra", "apps", "shop", "sandbox", "recon")
-GW = "gateway.networking.k8s.io"
-GATEWAY_RESOURCES = [
-    f"{plural}.{GW}"
-    for plural in (
-        "gatewayclasses", "gateways", "listenersets", "httproutes", "grpcroutes", "tlsroutes",
-        "tcproutes", "udproutes", "referencegrants",
-    )
-]  # fmt: skip
-CONVERGE_S = 30.0
 
 # Objects of our own beside the example cluster, with a foreign label and annotation each.
 MINE = f"""
@@ -82,15 +81,6 @@ spec:
 """
 
 
-def policy(kind: str, ns: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "policies.example.com/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
-    }
-
-
 def health_on_lonely(path: str) -> dict[str, Any]:
     """Direct, on a Service nothing else reaches: its annotation is this policy or nothing."""
     target = {"group": "", "kind": "Service", "name": "lonely"}
@@ -117,15 +107,6 @@ def color_on_web(color: str) -> dict[str, Any]:
 # --- reading the cluster ------------------------------------------------------------------------
 
 
-def cluster_state(cluster: LocalCluster) -> list[dict[str, Any]]:
-    """Policy CRDs, Namespaces, Services, Gateway API objects and every policy, as JSON."""
-    crds = cluster.get_json("crd", "-l", f"{GW}/policy")["items"]
-    policies = [f"{c['spec']['names']['plural']}.{c['spec']['group']}" for c in crds]
-    resources = ",".join(["namespaces", "services", *GATEWAY_RESOURCES, *policies])
-    items: list[dict[str, Any]] = cluster.get_json(resources, "-A")["items"]
-    return [*crds, *items]
-
-
 def watched(key: ObjectKey) -> bool:
     """Objects of this module's world (other tests' objects share the cluster)."""
     return key.group_kind in kinds.ANNOTATED_KINDS and (
@@ -133,148 +114,9 @@ def watched(key: ObjectKey) -> bool:
     )
 
 
-def annotation_of(obj: dict[str, Any]) -> str | None:
-    value = (obj["metadata"].get("annotations") or {}).get(KEY)
-    return value if isinstance(value, str) else None
-
-
-def compare(
-    cluster: LocalCluster,
-) -> tuple[dict[ObjectKey, str | None], dict[ObjectKey, str | None]]:
-    """(annotation on each watched object, a fresh computation of it) from one snapshot."""
-    store = Store()
-    actual: dict[ObjectKey, str | None] = {}
-    for obj in cluster_state(cluster):
-        key = store.upsert(obj)
-        if key is not None and watched(key):
-            actual[key] = annotation_of(obj)
-    expected = {key: summary.summarize(key, store, SETTINGS) for key in actual}
-    return actual, expected
-
-
-def wrong(cluster: LocalCluster) -> dict[str, tuple[str | None, str | None]]:
-    actual, expected = compare(cluster)
-    return {str(k): (actual[k], expected[k]) for k in actual if actual[k] != expected[k]}
-
-
-def converge(cluster: LocalCluster, timeout: float = CONVERGE_S) -> float:
-    """Seconds until every watched annotation equals a fresh computation; fails after timeout."""
-    started = time.monotonic()
-    differences: dict[str, Any] = {}
-    while time.monotonic() - started < timeout:
-        differences = wrong(cluster)
-        if not differences:
-            return time.monotonic() - started
-        time.sleep(0.25)
-    raise AssertionError(f"not converged after {timeout}s: {sorted(differences)}")
-
-
-def snapshot(cluster: LocalCluster) -> dict[str, Any]:
-    """Every watched object minus what any write changes (resourceVersion, managedFields)."""
-    out = {}
-    for obj in cluster_state(cluster):
-        key = key_of(obj)
-        if key is not None and watched(key):
-            obj = copy.deepcopy(obj)
-            for field in ("resourceVersion", "managedFields", "generation"):
-                obj["metadata"].pop(field, None)
-            out[str(key)] = obj
-    return out
-
-
-def without_ours(objects: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(objects)
-    for obj in out.values():
-        annotations = obj["metadata"].get("annotations") or {}
-        annotations.pop(KEY, None)
-        if not annotations:
-            obj["metadata"].pop("annotations", None)
-    return out
-
-
-def wait_for_annotation(
-    cluster: LocalCluster,
-    path: str,
-    check: Callable[[str | None], bool],
-    *,
-    change: Callable[[], object] | None = None,
-    timeout: float = 20.0,
-) -> tuple[float, float]:
-    """Run `change` (kubectl, in a thread) and poll the object at `path` through the API every
-    10 ms (kubectl would add ~100 ms per look) until its annotation passes `check`.
-
-    Returns (seconds the change took, seconds from its start until the annotation passed).
-    """
-
-    async def poll() -> tuple[float, float]:
-        api = await connect(str(cluster.kubeconfig))
-        try:
-            started = time.monotonic()
-            done = started
-            if change is not None:
-                await asyncio.to_thread(change)
-                done = time.monotonic()
-            async with asyncio.timeout(timeout):
-                while not check(annotation_of(await request_json(api, "GET", path))):
-                    await asyncio.sleep(0.01)
-            return done - started, time.monotonic() - started
-        finally:
-            await api.close()
-
-    return asyncio.run(poll())
-
-
 LONELY = "/api/v1/namespaces/recon/services/lonely"
 STOREFRONT = f"/apis/{GW}/v1/namespaces/apps/httproutes/storefront"
 WEB = f"/apis/{GW}/v1/namespaces/recon/httproutes/web"
-
-_SAMPLE = re.compile(r"^(policy_webhook_[a-z_]+)(?:\{[^}]*\})? ([0-9.e+-]+)$")
-
-
-def metric(process: WebhookProcess, name: str) -> float:
-    """The sum over labels of one metric of a running webhook (0 when it has none yet)."""
-    status, text = process.get("/metrics")
-    assert status == 200, text
-    total = 0.0
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match and match.group(1) == name:
-            total += float(match.group(2))
-    return total
-
-
-def patches(process: WebhookProcess) -> int:
-    return int(metric(process, "policy_webhook_reconcile_patches_total"))
-
-
-def skips(process: WebhookProcess) -> int:
-    return int(metric(process, "policy_webhook_reconcile_skips_total"))
-
-
-def leading(process: WebhookProcess) -> bool:
-    return metric(process, "policy_webhook_leader") == 1.0
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> float:
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(0.1)
-    return time.monotonic() - started
-
-
-def apply(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
-    cluster.apply(list(objects))
-
-
-def delete(cluster: LocalCluster, obj: dict[str, Any]) -> None:
-    resource = f"{obj['kind'].lower()}.{obj['apiVersion'].split('/')[0]}"
-    cluster.kubectl(
-        "delete", resource, obj["metadata"]["name"], "-n", obj["metadata"]["namespace"],
-        "--ignore-not-found",
-    )  # fmt: skip
-
 
 # --- fixtures ----------------------------------------------------------------------------------
 
@@ -331,12 +173,12 @@ def webhooks(
 def test_existing_objects_are_brought_up_to_date_at_start(
     cluster: LocalCluster, webhooks: Webhooks
 ) -> None:
-    assert wrong(cluster), "the world starts with stale annotations"
-    before = snapshot(cluster)
+    assert wrong(cluster, watched), "the world starts with stale annotations"
+    before = snapshot(cluster, watched)
     started = time.monotonic()
     a = webhooks.start("reconciler-a")
     wait_until(lambda: leading(a), 20, "a lone replica leads")
-    took = converge(cluster)
+    took = converge(cluster, watched)
     total = time.monotonic() - started
     sent, skipped = patches(a), skips(a)
     print(
@@ -344,7 +186,9 @@ def test_existing_objects_are_brought_up_to_date_at_start(
         f"{sent} patches sent, {skipped} skipped"
     )
     assert sent > 0 and skipped >= 0
-    assert without_ours(snapshot(cluster)) == without_ours(before), "only our annotation moved"
+    assert without_ours(snapshot(cluster, watched)) == without_ours(before), (
+        "only our annotation moved"
+    )
     lonely = cluster.get_json("service", "lonely", "-n", "recon")["metadata"]["annotations"]
     lonely.pop("kubectl.kubernetes.io/last-applied-configuration")
     assert lonely == {"note.example.com/keep": "me"}, "stale value of ours removed, theirs kept"
@@ -354,7 +198,7 @@ def test_a_policy_is_reflected_refreshed_and_removed_without_a_trace(
     cluster: LocalCluster, webhooks: Webhooks
 ) -> None:
     (a,) = webhooks.started
-    before = snapshot(cluster)
+    before = snapshot(cluster, watched)
     sent_before = patches(a)
 
     # Each time runs from the start of `kubectl apply`/`delete` (whose own share is printed).
@@ -366,7 +210,7 @@ def test_a_policy_is_reflected_refreshed_and_removed_without_a_trace(
         cluster, STOREFRONT, lambda v: v is not None and "green" in v,
         change=lambda: apply(cluster, color_on_gateway("green")),
     )  # fmt: skip
-    converge(cluster)
+    converge(cluster, watched)
     sent_create = patches(a) - sent_before
 
     refreshed = wait_for_annotation(
@@ -374,14 +218,14 @@ def test_a_policy_is_reflected_refreshed_and_removed_without_a_trace(
         change=lambda: apply(cluster, health_on_lonely("/livez"), color_on_gateway("purple")),
     )  # fmt: skip
     wait_for_annotation(cluster, LONELY, lambda v: v is not None and "/livez" in v)
-    converge(cluster)
+    converge(cluster, watched)
 
     delete(cluster, color_on_gateway("purple"))
     removed = wait_for_annotation(
         cluster, LONELY, lambda v: v is None,
         change=lambda: delete(cluster, health_on_lonely("/livez")),
     )  # fmt: skip
-    converge(cluster)
+    converge(cluster, watched)
 
     def ms(pair: tuple[float, float]) -> str:
         return f"{pair[1] * 1000:.0f} ms (kubectl {pair[0] * 1000:.0f} ms of it)"
@@ -391,7 +235,7 @@ def test_a_policy_is_reflected_refreshed_and_removed_without_a_trace(
         f"policy on a Gateway → a route below {ms(fanned)}; update → {ms(refreshed)}; "
         f"delete → annotation gone {ms(removed)}; {sent_create} patches for both creates"
     )
-    assert snapshot(cluster) == before, "deleting the policies left no trace anywhere"
+    assert snapshot(cluster, watched) == before, "deleting the policies left no trace anywhere"
 
 
 def test_only_the_leader_patches_and_a_killed_leader_hands_over(
@@ -405,7 +249,7 @@ def test_only_the_leader_patches_and_a_killed_leader_hands_over(
 
     apply(cluster, color_on_web("red"))
     wait_for_annotation(cluster, WEB, lambda v: v is not None and '"red"' in v)
-    converge(cluster)
+    converge(cluster, watched)
     time.sleep(1)
     assert patches(b) == 0, "a replica that does not lead never patches"
     fields = cluster.get_json("httproute", "web", "-n", "recon", "--show-managed-fields")
@@ -418,7 +262,7 @@ def test_only_the_leader_patches_and_a_killed_leader_hands_over(
     wait_until(lambda: leading(b), 30, "the other replica takes over")
     took_lead = time.monotonic() - killed
     wait_for_annotation(cluster, WEB, lambda v: v is not None and '"blue"' in v, timeout=30)
-    converge(cluster)
+    converge(cluster, watched)
     print(
         f"\n[e2e] leader SIGKILLed: replica b leads after {took_lead:.1f}s (lease 15 s), "
         f"converged after {time.monotonic() - killed:.1f}s; b sent {patches(b)} patches, "
@@ -437,12 +281,12 @@ def test_a_restart_ends_with_correct_annotations(cluster: LocalCluster, webhooks
          "value": [{"name": "gw", "namespace": "infra", "sectionName": "https"}]},
     ])  # fmt: skip
     cluster.kubectl("patch", "httproute", "web", "-n", "recon", "--type=json", "-p", moved)
-    stale = wrong(cluster)
+    stale = wrong(cluster, watched)
     assert stale, "the changes made annotations stale"
 
     c = webhooks.start("reconciler-c")
     wait_until(lambda: leading(c), 20, "the restarted replica leads at once (Lease released)")
-    took = converge(cluster)
+    took = converge(cluster, watched)
     print(
         f"\n[e2e] restart: {len(stale)} stale annotations fixed in {took:.2f}s; "
         f"{patches(c)} patches sent, {skips(c)} skipped"

@@ -227,6 +227,9 @@ class _Informer:
         self.kind_label = str(resource.group_kind)
         self.resource_version: str | None = None
         self.last_contact: float | None = None  # time.monotonic() of the last sign of life
+        # A watch stream is open: every change reaches us as it happens, however quiet the
+        # kind, so the state of this kind is current (not merely "heard from lately").
+        self.watching = False
         # Set after the first full list — or, so as not to block the first sync forever, when
         # stopped before one or when it cannot be listed yet (`_settle_unlisted`).
         self.first_list = asyncio.Event()
@@ -356,12 +359,15 @@ class _Informer:
             raise
         events = 0
         try:
+            self.watching = True
             self.touch()
             async for line in response.content:  # one JSON event per line
                 if line.strip():
                     self.apply(json.loads(line))
                     events += 1
         finally:
+            self.watching = False
+            self.touch()  # current until this moment; staleness counts from here
             response.close()
         return events
 
@@ -383,7 +389,13 @@ class _Informer:
             key = key_of(trimmed)
             # Controllers rewrite `status` all the time; once trimmed, most such updates are
             # no change at all, and must not wake the store's listeners (reconciler, cache).
-            if key is not None and not _same_but_version(store.get(key), trimmed):
+            stored = store.get(key) if key is not None else None
+            if stored is not None and _same_but_version(stored, trimmed):
+                # But the stored resourceVersion must move on: the reconciler's patch carries
+                # it as a precondition, and an old one is refused (409) on every retry until
+                # something we read changes — which may be never.
+                _move_version(stored, trimmed)
+            elif key is not None:
                 store.upsert(trimmed)
         elif kind == "DELETED":
             key = key_of(self.prepare(obj))
@@ -411,6 +423,13 @@ class _Informer:
 def _same_but_version(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Equal apart from metadata.resourceVersion (which every write, status too, changes)."""
     return old is not None and _without_version(old) == _without_version(new)
+
+
+def _move_version(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Give the stored object (our own trimmed copy) the resourceVersion of `new`, silently."""
+    metadata, fresh = stored.get("metadata"), new.get("metadata")
+    if isinstance(metadata, dict) and isinstance(fresh, Mapping):
+        metadata["resourceVersion"] = fresh.get("resourceVersion")
 
 
 def _without_version(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -511,15 +530,21 @@ class ClusterSource:
         return informer.resource_version if informer else None
 
     def last_sync_age(self) -> float:
-        """Seconds since the least recently heard-from resource last showed life; inf if never.
+        """Seconds the store may lag behind the cluster: 0 while every resource has an open
+        watch; else since the least recently current one last was (list, event, bookmark,
+        watch start or end); inf if one never was.
 
-        Every list, watch start, event and bookmark counts; a quiet but healthy watch is
-        restarted by the server every `watch_timeout` (+20%) seconds, which bounds this then.
+        A quiet kind with an open watch is current, not stale: counting from its last event
+        would turn a healthy replica unready under any `--max-state-age-seconds` below the
+        watch timeout (5-6 min). A connection that died silently counts as open until its read
+        timeout (`watch_timeout` + 20% + `request_timeout`) closes it.
         """
-        contacts = [inf.last_contact for inf in (self._crds, *self._informers.values())]
+        now = time.monotonic()
+        informers = (self._crds, *self._informers.values())
+        contacts = [now if inf.watching else inf.last_contact for inf in informers]
         if any(c is None for c in contacts):
             return math.inf
-        return time.monotonic() - min(c for c in contacts if c is not None)
+        return now - min(c for c in contacts if c is not None)
 
     # --- what the informers report -----------------------------------------------------------
 

@@ -86,7 +86,8 @@ class Metrics:
         )
         self.state_age = Gauge(
             f"{PREFIX}_state_age_seconds",
-            "Seconds since the least recently heard-from watched kind showed life (staleness).",
+            "Seconds the store may lag behind the cluster: 0 while every watch is open, else "
+            "since the least current kind's watch ended (staleness).",
             registry=r,
         )
         self.watch_restarts = Counter(
