@@ -1,0 +1,296 @@
+"""`python -m bench` (`make bench`): every benchmark, then results.json, the plot and the page.
+
+    python -m bench                  # everything, about 15 minutes on 2 cores
+    python -m bench --quick          # everything, small sizes and short runs (about 2 minutes)
+    python -m bench http scale       # some parts only (growth, profile, choices, report)
+
+Each part writes `<out>/<part>.json`; then `<out>/results.json` is rebuilt from every part file
+there, and (full runs only) `docs/performance.md` and `docs/performance.png` with it. Quick runs
+write to `bench/out/quick/` and leave the docs alone: their numbers are for checking the
+harness, not for quoting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench import report, snapshot
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTS = ("http", "scale", "growth", "profile", "choices")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    http_scale: float
+    http_rounds: int
+    saturation_seconds: float
+    rate_seconds: float
+    scale: float
+    reviews: int
+    lookups: int
+    fanout_repeats: int
+    growth_scales: tuple[float, ...]
+    growth_reviews: int
+    profile_scale: float
+    choices_rounds: int
+
+
+FULL = Plan(
+    http_scale=0.1,
+    http_rounds=3,
+    saturation_seconds=3,
+    rate_seconds=4,
+    scale=1.0,
+    reviews=200,
+    lookups=20_000,
+    fanout_repeats=3,
+    growth_scales=(1.0, 2.0, 4.0, 8.0),
+    growth_reviews=40,
+    profile_scale=1.0,
+    choices_rounds=7,
+)
+QUICK = Plan(
+    http_scale=0.02,
+    http_rounds=1,
+    saturation_seconds=1,
+    rate_seconds=2,
+    scale=0.1,
+    reviews=60,
+    lookups=5_000,
+    fanout_repeats=1,
+    growth_scales=(0.05, 0.1, 0.2, 0.4),
+    growth_reviews=30,
+    profile_scale=0.1,
+    choices_rounds=3,
+)
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def run_scale(
+    k: float, *, seed: int, reviews: int, lookups: int, fanout_repeats: int
+) -> dict[str, Any]:
+    """One size in a fresh process: its peak RSS is its own."""
+    cmd = [sys.executable, "-m", "bench.scale", "--scale", str(k), "--seed", str(seed)]
+    cmd += [
+        "--reviews",
+        str(reviews),
+        "--lookups",
+        str(lookups),
+        "--fanout-repeats",
+        str(fanout_repeats),
+    ]
+    done = subprocess.run(
+        cmd,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=snapshot.code_root(),
+        env=snapshot.env(),
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def part_http(plan: Plan, seed: int) -> dict[str, Any]:
+    from bench import http_load
+
+    config = http_load.HttpConfig(
+        warmup_seconds=1,
+        scale=plan.http_scale,
+        seed=seed,
+        rounds=plan.http_rounds,
+        saturation_seconds=plan.saturation_seconds,
+        rate_seconds=plan.rate_seconds,
+    )
+    if plan is QUICK:
+        config = replace(config, distinct_bodies=200, warmup_seconds=1, compare_uvloop=False)
+    return http_load.run(config, log=log)
+
+
+def part_scale(plan: Plan, seed: int) -> dict[str, Any]:
+    result = run_scale(
+        plan.scale,
+        seed=seed,
+        reviews=plan.reviews,
+        lookups=plan.lookups,
+        fanout_repeats=plan.fanout_repeats,
+    )
+    log(
+        f"  {plan.scale:g}x: load {result['load_s']:.2f} s, cold summaries {result['cold_summaries_s']:.2f} s, "
+        f"cached lookup {result.get('cached_lookup_median_us', float('nan')):.1f} µs, "
+        f"validate p50/p99 {result['validate_median_ms']:.2f}/{result['validate_p99_ms']:.1f} ms, "
+        f"fan-out {result['fanout_s']:.2f} s ({result['fanout_affected_routes']} routes), "
+        f"peak RSS {result['peak_rss_mb']:.0f} MB"
+    )
+    return result
+
+
+def part_growth(plan: Plan, seed: int, done: dict[str, Any]) -> dict[str, Any]:
+    runs = []
+    for k in plan.growth_scales:
+        previous = done.get("scale")
+        if previous is not None and previous["scale"] == k:
+            runs.append(previous)  # this invocation's scale run is this size's: not run twice
+            continue
+        repeats = 1 if k > plan.scale else plan.fanout_repeats
+        result = run_scale(
+            k, seed=seed, reviews=plan.growth_reviews, lookups=plan.lookups, fanout_repeats=repeats
+        )
+        log(
+            f"  {k:g}x: {result['objects']} objects, cold {result['cold_summaries_s']:.1f} s, "
+            f"fan-out {result['fanout_s']:.2f} s, peak RSS {result['peak_rss_mb']:.0f} MB, "
+            f"calibration {result['calibration_ms']:.1f} ms"
+        )
+        runs.append(result)
+    exponents = report.growth_exponents(runs)
+    log(
+        "  exponents: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in exponents.items() if not k.endswith("_wall"))
+    )
+    return {"runs": runs, "exponents": exponents}
+
+
+def part_profile(plan: Plan, seed: int, out: Path) -> dict[str, Any]:
+    from bench import profiling
+
+    results = {}
+    for name in profiling.SCENARIOS:
+        result = profiling.profile(name, scale=plan.profile_scale, seed=seed)
+        results[name] = {**result, "scale": plan.profile_scale}
+        (out / f"profile-{name}.txt").write_text(profiling.as_text(name, result), encoding="utf-8")
+        top = ", ".join(f"{fn} {pct}%" for fn, pct in result["own"][:3])
+        log(f"  {name}: {result['seconds']:.1f} s, {result['samples']} samples; top own: {top}")
+    return {"scenarios": results}
+
+
+def part_choices(plan: Plan, seed: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.choices",
+        "--seed",
+        str(seed),
+        "--rounds",
+        str(plan.choices_rounds),
+    ]
+    done = subprocess.run(
+        cmd,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=snapshot.code_root(),
+        env=snapshot.env(),
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    log("  " + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k.endswith("speedup")))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "parts", nargs="*", metavar="PART", help=f"any of {', '.join(PARTS)}, report (default: all)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes, short runs (about 2 minutes)"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--out", type=Path, help="output folder (default bench/out, or bench/out/quick)"
+    )
+    parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/performance.*")
+    parser.add_argument(
+        "--http-scale", type=float, help="size of the HTTP webhook's state (x default)"
+    )
+    parser.add_argument("--growth-scales", help="comma-separated sizes, e.g. 1,2,4,8")
+    parser.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="measure the working tree live (it may change mid-run)",
+    )
+    args = parser.parse_args(argv)
+    unknown = set(args.parts) - {*PARTS, "report"}
+    if unknown:
+        parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
+    plan = QUICK if args.quick else FULL
+    if args.http_scale is not None:
+        plan = replace(plan, http_scale=args.http_scale)
+    if args.growth_scales:
+        plan = replace(plan, growth_scales=tuple(float(x) for x in args.growth_scales.split(",")))
+    out = args.out or (ROOT / "bench" / "out" / ("quick" if args.quick else ""))
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [p for p in (args.parts or PARTS) if p != "report"]
+    started = time.perf_counter()
+    done: dict[str, Any] = {}
+    frozen = None if args.no_snapshot or not parts else snapshot.take()
+    measured = snapshot.identity()  # the snapshot's code (or the tree's, live)
+    try:
+        _run_parts(parts, plan, args.seed, out, done, measured)
+    finally:
+        if frozen is not None:
+            snapshot.drop(frozen)
+    if parts and snapshot.identity(snapshot.REPO)["digest"] != measured["digest"]:
+        log(
+            "   note: webhook/ in the working tree changed during the run; the run measured the snapshot taken at its start"
+        )
+    report.write_all(out, docs=not args.quick and not args.no_docs, log=log)
+    log(f"== done in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def _run_parts(
+    parts: list[str],
+    plan: Plan,
+    seed: int,
+    out: Path,
+    done: dict[str, Any],
+    measured: dict[str, Any],
+) -> None:
+    for part in parts:
+        log(f"== {part}")
+        t = time.perf_counter()
+        if part == "http":
+            result = part_http(plan, seed)
+        elif part == "scale":
+            result = part_scale(plan, seed)
+        elif part == "growth":
+            result = part_growth(plan, seed, done)
+        elif part == "profile":
+            result = part_profile(plan, seed, out)
+        else:
+            result = part_choices(plan, seed)
+        result["wall_s"] = time.perf_counter() - t
+        result["unix_time"] = time.time()
+        result["code"] = measured
+        done[part] = result
+        (out / f"{part}.json").write_text(
+            json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8"
+        )
+        log(f"   {part} took {time.perf_counter() - t:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""Part 1, HTTP: /validate and /mutate under load, against a no-op endpoint in the same run.
+
+Three processes: the webhook (`bench.servers webhook`, on a synthetic cluster), the no-op
+(`bench.servers noop`), and the load generator of each measurement (wrk when installed, else
+`bench.loadgen`). Every measurement of ours is paired with one of the no-op on the same bodies,
+right before or after it (the order flips every round), and the claim is the median over rounds
+of the per-round ratio: what the machine's noise does to one, it mostly does to the other.
+
+- Saturation: a closed loop of `connections` keep-alive connections for `seconds`; requests/s.
+- Fixed rate: `bench.loadgen --rate` (open loop, latency from the due time); p50 and p99.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench import snapshot, synth, traffic
+from webhook.shell.tls import self_signed
+
+# Where the uvloop alternative is measured: the mixes where the serving stack is a visible part
+# of the cost (on the full /validate mix the core's impact previews are nearly all of it).
+UVLOOP_MIXES = ("validate_light", "mutate")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    scale: float = 0.1  # the webhook's state: this fraction of the default synthetic cluster
+    seed: int = 1
+    rounds: int = 3
+    saturation_seconds: float = 5.0
+    connections: int = 16
+    rate: float = 500.0
+    rate_seconds: float = 8.0
+    distinct_bodies: int = 400
+    warmup_seconds: float = 2.0
+    loop: str = "asyncio"  # the servers' event loop (the product runs on asyncio's own)
+    # A third server: the webhook on uvloop, measured at saturation in every round, to put a
+    # number on what switching the event loop would gain (a proposal; the product is unchanged).
+    compare_uvloop: bool = True
+    # Once, at the end: the no-op at saturation driven by bench.loadgen instead of wrk, to show
+    # why the saturation runs use wrk (a Python client saturates before the server does).
+    compare_loadgen: bool = True
+
+
+def run(config: HttpConfig, *, log: Any = print) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="bench-http-"))
+    servers: dict[str, subprocess.Popen[str]] = {}
+    try:
+        certs = self_signed(work / "certs")
+        bodies = _write_bodies(config, work)
+        names = ["noop", "webhook"] + (["webhook_uvloop"] if config.compare_uvloop else [])
+        for name in names:
+            servers[name] = _start(name, config, work)
+        ports = {name: _ready(proc, name) for name, proc in servers.items()}
+        urls = {name: f"https://127.0.0.1:{port}" for name, port in ports.items()}
+        procs = list(servers.values())
+        ca = str(certs.ca_file)
+        sanity = asyncio.run(_sanity(urls, bodies, ca))
+        log(f"  sanity: {json.dumps(sanity)}")
+        endpoints = {"validate": "/validate", "validate_light": "/validate", "mutate": "/mutate"}
+        tool = "wrk" if shutil.which("wrk") else "bench.loadgen"
+        for mix, path in endpoints.items():  # warm the servers on every mix (code paths, TLS)
+            for server in names:
+                url = urls[server] + path
+                _saturate(tool, url, bodies[mix], ca, config, config.warmup_seconds)
+                wait_idle(procs)
+        rounds: list[dict[str, Any]] = []
+        for r in range(config.rounds):
+            order = ("noop", "webhook") if r % 2 == 0 else ("webhook", "noop")
+            row: dict[str, Any] = {"round": r, "order": list(order)}
+            idle = 0.0
+            for mix, path in endpoints.items():
+                here = list(order)
+                if config.compare_uvloop and mix in UVLOOP_MIXES:
+                    here.append("webhook_uvloop")
+                for server in here:
+                    url = urls[server] + path
+                    seconds = config.saturation_seconds
+                    row[f"sat_{server}_{mix}"] = _saturate(
+                        tool, url, bodies[mix], ca, config, seconds
+                    )
+                    idle += wait_idle(procs)
+            for mix, path in endpoints.items():
+                for server in order:
+                    row[f"rate_{server}_{mix}"] = _rate(
+                        urls[server] + path, bodies[mix], ca, config
+                    )
+                    idle += wait_idle(procs)
+            row["idle_wait_s"] = idle
+            rounds.append(row)
+            log(f"  round {r + 1}/{config.rounds}: " + _round_line(row, endpoints))
+        result = {"config": dataclasses.asdict(config), "tool": tool, "sanity": sanity}
+        result.update(_summarize(rounds, endpoints, config))
+        if config.compare_loadgen and tool == "wrk":
+            args = [
+                "--closed",
+                str(config.connections),
+                "--duration",
+                str(config.saturation_seconds),
+            ]
+            python_client = _loadgen(urls["noop"] + "/validate", bodies["validate"], ca, args)
+            result["http_noop_validate_rps_python_client"] = python_client["rps"]
+            result["http_wrk_gain_over_python_client"] = (
+                result["http_noop_validate_rps"] / python_client["rps"]
+            )
+        result["rounds"] = rounds
+        return result
+    finally:
+        for proc in servers.values():
+            proc.terminate()
+        for proc in servers.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_bodies(config: HttpConfig, work: Path) -> dict[str, Path]:
+    cluster = synth.generate(synth.Shape().scaled(config.scale), seed=config.seed)
+    validate = traffic.validate_reviews(cluster, config.distinct_bodies)
+    light = [(c, r) for c, r in validate if c not in traffic.HEAVY]
+    mutate = traffic.mutate_reviews(cluster, config.distinct_bodies)
+    out = {}
+    for name, reviews in (("validate", validate), ("validate_light", light), ("mutate", mutate)):
+        path = work / f"{name}.jsonl"
+        path.write_text(traffic.as_json_lines(reviews), encoding="utf-8")
+        out[name] = path
+    return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux `/proc/<pid>/stat`)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(procs: list[subprocess.Popen[str]], *, timeout: float = 180.0) -> float:
+    """Wait until no server burns CPU: a server stays busy with the requests it has already read
+    after the load generator stops (aiohttp does not cancel handlers when clients leave), and
+    that backlog must not run during the next measurement. Returns the seconds waited."""
+    started = time.perf_counter()
+    if not Path("/proc/self/stat").exists():
+        time.sleep(2.0)
+        return time.perf_counter() - started
+    while time.perf_counter() - started < timeout:
+        before = [_cpu_seconds(p.pid) for p in procs]
+        time.sleep(0.3)
+        after = [_cpu_seconds(p.pid) for p in procs]
+        if all(b - a < 0.03 for a, b in zip(before, after, strict=True)):
+            break
+    return time.perf_counter() - started
+
+
+def _start(name: str, config: HttpConfig, work: Path) -> subprocess.Popen[str]:
+    which, _, loop = name.partition("_")
+    cmd = [sys.executable, "-m", "bench.servers", which, "--cert-dir", str(work / "certs")]
+    cmd += ["--scale", str(config.scale), "--seed", str(config.seed), "--loop", loop or config.loop]
+    log_file = open(work / f"{name}.log", "w", encoding="utf-8")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=log_file,
+        text=True,
+        cwd=snapshot.code_root(),
+        env=snapshot.env(),
+    )
+
+
+def _ready(proc: subprocess.Popen[str], name: str) -> int:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # blocks until READY, or EOF if the server died
+    if not line.startswith("READY"):
+        raise RuntimeError(f"{name} server did not start (exit {proc.poll()}): {line!r}")
+    return int(line.split()[1])
+
+
+async def _sanity(urls: dict[str, str], bodies: dict[str, Path], ca: str) -> dict[str, Any]:
+    """The first reviews of each mix, once, to both servers: every answer is a well-formed
+    AdmissionReview echoing the uid, and ours says what the mix means (some denied, patched)."""
+    context = ssl.create_default_context(cafile=ca)
+    out: dict[str, Any] = {}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        for mix, path in (("validate", bodies["validate"]), ("mutate", bodies["mutate"])):
+            lines = path.read_text(encoding="utf-8").splitlines()[:40]
+            counts = {"ok": 0, "denied": 0, "patched": 0, "bad": 0}
+            for server in ("noop", "webhook"):
+                for line in lines:
+                    uid = json.loads(line)["request"]["uid"]
+                    async with session.post(f"{urls[server]}/{mix}", data=line) as resp:
+                        answer = await resp.json() if resp.status == 200 else {}
+                    response = answer.get("response", {})
+                    if response.get("uid") != uid:
+                        counts["bad"] += 1
+                    elif server == "webhook":
+                        counts["ok"] += 1
+                        counts["denied"] += not response.get("allowed", False)
+                        counts["patched"] += "patch" in response
+            out[mix] = counts
+    if any(c["bad"] for c in out.values()):
+        raise RuntimeError(f"HTTP benchmark sanity check failed: {out}")
+    return out
+
+
+def _saturate(
+    tool: str, url: str, bodies: Path, ca: str, config: HttpConfig, seconds: float
+) -> dict[str, Any]:
+    if tool == "wrk":
+        secs = max(1, round(seconds))
+        cmd = [
+            "wrk",
+            "-t1",
+            f"-c{config.connections}",
+            f"-d{secs}s",
+            "--timeout",
+            "60s",
+            "-s",
+            str(snapshot.code_root() / "bench" / "wrk.lua"),
+            url,
+        ]
+        done = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env={**snapshot.env(), "BENCH_BODIES": str(bodies)},
+            check=True,
+        )
+        line = next(x for x in done.stdout.splitlines() if x.startswith("BENCH-JSON "))
+        result: dict[str, Any] = json.loads(line.removeprefix("BENCH-JSON "))
+        result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
+        result["errors"] = sum(v for k, v in result.items() if k.startswith("errors_"))
+        return result
+    args = ["--closed", str(config.connections), "--duration", str(seconds), "--warmup", "0.5"]
+    return _loadgen(url, bodies, ca, args)
+
+
+def _rate(url: str, bodies: Path, ca: str, config: HttpConfig) -> dict[str, Any]:
+    warmup = min(1.0, config.rate_seconds / 4)
+    args = [
+        "--rate",
+        str(config.rate),
+        "--duration",
+        str(config.rate_seconds),
+        "--warmup",
+        str(warmup),
+    ]
+    args += ["--grace", str(min(2.0, config.rate_seconds))]
+    return _loadgen(url, bodies, ca, [*args, "--connections", "64"])
+
+
+def _loadgen(url: str, bodies: Path, ca: str, args: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.loadgen", url, "--bodies", str(bodies), "--ca", ca, *args]
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        env=snapshot.env(),
+        cwd=snapshot.code_root(),
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _round_line(row: dict[str, Any], endpoints: dict[str, str]) -> str:
+    parts = []
+    for mix in endpoints:
+        ours, noop = row[f"sat_webhook_{mix}"]["rps"], row[f"sat_noop_{mix}"]["rps"]
+        p99, p99_noop = row[f"rate_webhook_{mix}"]["p99_ms"], row[f"rate_noop_{mix}"]["p99_ms"]
+        parts.append(f"{mix} {ours:.0f}/{noop:.0f} rps, p99 {p99:.1f}/{p99_noop:.1f} ms")
+    return "; ".join(parts) + f" (waited {row['idle_wait_s']:.0f} s for idle servers)"
+
+
+def _summarize(
+    rounds: list[dict[str, Any]], endpoints: dict[str, str], config: HttpConfig
+) -> dict[str, float]:
+    """Flat figures: medians over rounds, and the median of the per-round ratios (the claim)."""
+    out: dict[str, float] = {
+        "http_state_scale": config.scale,
+        "http_rounds": len(rounds),
+        "http_connections": config.connections,
+        "http_offered_rps": config.rate,
+    }
+    med = statistics.median
+    for mix in endpoints:
+        sat = [(r[f"sat_webhook_{mix}"]["rps"], r[f"sat_noop_{mix}"]["rps"]) for r in rounds]
+        ratios = [ours / noop for ours, noop in sat]
+        out[f"http_{mix}_rps"] = med(o for o, _ in sat)
+        out[f"http_noop_{mix}_rps"] = med(n for _, n in sat)
+        out[f"http_{mix}_throughput_ratio"] = med(ratios)
+        out[f"http_{mix}_throughput_ratio_min"] = min(ratios)
+        out[f"http_{mix}_throughput_ratio_max"] = max(ratios)
+        rate = [(r[f"rate_webhook_{mix}"], r[f"rate_noop_{mix}"]) for r in rounds]
+        for q in ("p50", "p99"):
+            out[f"http_{mix}_{q}_ms"] = med(o[f"{q}_ms"] for o, _ in rate)
+            out[f"http_noop_{mix}_{q}_ms"] = med(n[f"{q}_ms"] for _, n in rate)
+            out[f"http_{mix}_{q}_ratio"] = med(o[f"{q}_ms"] / n[f"{q}_ms"] for o, n in rate)
+        out[f"http_{mix}_achieved_rps"] = med(o["rps"] for o, _ in rate)
+        out[f"http_{mix}_unfinished"] = sum(o["unfinished"] for o, _ in rate)
+        out[f"http_noop_{mix}_achieved_rps"] = med(n["rps"] for _, n in rate)
+        if f"sat_webhook_uvloop_{mix}" in rounds[0]:
+            gains = [
+                r[f"sat_webhook_uvloop_{mix}"]["rps"] / r[f"sat_webhook_{mix}"]["rps"]
+                for r in rounds
+            ]
+            out[f"http_{mix}_uvloop_rps"] = med(
+                r[f"sat_webhook_uvloop_{mix}"]["rps"] for r in rounds
+            )
+            out[f"http_{mix}_uvloop_gain"] = med(gains)
+    return out

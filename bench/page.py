@@ -1,0 +1,397 @@
+"""`docs/performance.md`, written from the measured results only (`python -m bench` rewrites it).
+
+Every number on the page comes from the part files of one output folder; the prose around them
+says how they were measured and never states a result the files do not hold.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import platform
+from collections.abc import Mapping
+from typing import Any
+
+from bench import traffic
+from bench.report import GROWTH_COSTS, TIMES
+
+X = TIMES
+
+
+def _n(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    if isinstance(value, int) or abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _ratio(value: Any) -> str:
+    return "n/a" if value is None else f"{_n(value)}{X}"
+
+
+def _when(parts: Mapping[str, Any]) -> str:
+    stamps = [p["unix_time"] for p in parts.values() if isinstance(p, Mapping) and "unix_time" in p]
+    if not stamps:
+        return "unknown"
+    day = datetime.datetime.fromtimestamp(max(stamps), datetime.UTC)
+    return day.strftime("%Y-%m-%d")
+
+
+def render(
+    parts: Mapping[str, Any], flat: Mapping[str, float], targets: list[str], *, plotted: bool
+) -> str:
+    out: list[str] = [
+        "# Performance",
+        "",
+        "<!-- Written by `python -m bench` from bench/out/*.json; edit bench/page.py, not this file. -->",
+        "",
+        f"Measured on {_when(parts)} with Python {platform.python_version()} on a shared, noisy machine "
+        f"with {int(flat.get('machine_cpus', 0))} cores. Because the machine is noisy, the claims are "
+        "**ratios against a baseline measured in the same run**: the webhook against a no-op aiohttp "
+        "HTTPS endpoint, alternating round by round; one cluster size against another (growth "
+        "exponents, fitted on each process's own CPU time). Absolute numbers are given too; read "
+        "them as this machine's, on that day — the reference workload's time in §2 and §3 says how "
+        "busy it was (about 20 ms when quiet).",
+        "",
+        "## Targets",
+        "",
+        *targets,
+        "",
+        *(
+            [
+                f"**These figures come from a run at {flat['scale_scale']:g}{X} the default size, not the "
+                "default size the targets name.**",
+                "",
+            ]
+            if flat.get("scale_scale", 1.0) != 1.0
+            else []
+        ),
+        "A target counts as met only on the figures of a full run (`python -m bench`), as listed "
+        "here; `--quick` numbers are for checking the harness.",
+        "",
+    ]
+    out += _code(parts)
+    out += _reproduce()
+    if "http" in parts:
+        out += _http(parts["http"], flat)
+    if "scale" in parts:
+        out += _scale(parts["scale"])
+    if "growth" in parts:
+        out += _growth(parts["growth"])
+    if plotted:
+        out += [
+            "## Plot",
+            "",
+            "![HTTP ratios, latency at the fixed rate, growth](performance.png)",
+            "",
+        ]
+    if "profile" in parts:
+        out += _profile(parts["profile"])
+    out += _choices(parts, flat)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _code(parts: Mapping[str, Any]) -> list[str]:
+    """Which code was measured; a loud note when parts saw different code."""
+    codes = {name: p["code"] for name, p in parts.items() if isinstance(p, Mapping) and "code" in p}
+    if not codes:
+        return []
+    digests = {c["digest"] for c in codes.values()}
+    changed = [name for name, c in codes.items() if c.get("changed_during_part")]
+    first = next(iter(codes.values()))
+    dirty = " plus uncommitted changes under `webhook/`" if first.get("webhook_dirty") else ""
+    if len(digests) == 1 and not changed:
+        return [
+            f"Code measured: commit `{first['commit']}`{dirty} (webhook/ digest `{first['digest']}`), the same for every part.",
+            "",
+        ]
+    where = ", ".join(f"{name}: `{c['commit']}`/`{c['digest']}`" for name, c in codes.items())
+    return [
+        f"**Warning: the parts measured different code** ({where}"
+        + (f"; changed while running: {', '.join(changed)}" if changed else "")
+        + "). Compare figures across parts with care; rerun `python -m bench` on a quiet tree.",
+        "",
+    ]
+
+
+def _reproduce() -> list[str]:
+    return [
+        "## How to reproduce",
+        "",
+        "```sh",
+        "make bench                          # = .venv/bin/python -m bench: every part, ~15 minutes",
+        ".venv/bin/python -m bench --quick   # small sizes, short runs, ~2 minutes; writes bench/out/quick/",
+        ".venv/bin/python -m bench http      # one part: http, scale, growth, profile, choices (or report)",
+        "```",
+        "",
+        "Extra tools, not needed by the webhook itself: `pip install -r bench/requirements.txt` "
+        "(matplotlib for the plot, py-spy for the profiles, uvloop and orjson for the measured "
+        "alternatives) and `wrk` from the distribution (`apt-get install wrk`); without wrk the "
+        "saturation runs fall back to the Python load generator, which saturates first (see "
+        "*Choices* below). Results land in `bench/out/`: `results.json` (a flat object of named "
+        "numbers), one JSON file per part with the details (every round of the HTTP benchmark, "
+        "every size of the growth runs) and `profile-*.txt`. The synthetic cluster is "
+        "`bench/synth.py` (seeded: `--seed`), the review mixes `bench/traffic.py`.",
+        "",
+    ]
+
+
+def _http(http: Mapping[str, Any], flat: Mapping[str, float]) -> list[str]:
+    cfg = http["config"]
+    mixes = [m for m in ("validate", "validate_light", "mutate") if f"http_{m}_rps" in flat]
+    vmix = ", ".join(f"{c} {w:.0%}" for c, w in traffic.VALIDATE_MIX.items())
+    mmix = ", ".join(f"{c} {w:.0%}" for c, w in traffic.MUTATE_MIX.items())
+    out = [
+        "## 1. HTTP: /validate and /mutate against a no-op endpoint",
+        "",
+        "Three processes per measurement: the webhook (`build_app` behind `HttpsServer`, as "
+        "`policy-webhook serve` runs it, JSON decision logs at INFO to a file), the no-op (an aiohttp "
+        "HTTPS app with the same TLS context that reads the body, takes `request.uid` and answers "
+        f"`allowed: true`) and the load generator. The webhook's state is the synthetic cluster at "
+        f"{cfg['scale']:g}{X} the default size (see §2 for the full size). Both servers answer the same "
+        f"{cfg['distinct_bodies']} distinct reviews in turn, over {cfg['connections']} keep-alive HTTPS "
+        "connections.",
+        "",
+        f"- **/validate mix**: {vmix}. The valid ones carry PA-C01…C04 findings (impact previews); "
+        "the broken ones break one shape or target rule each.",
+        "- **validate_light**: the same mix without `valid-gateway` and `valid-namespace`, the two "
+        "categories whose impact preview reaches up to `max_impact_objects` objects; it shows what the "
+        "serving stack costs when the core answers quickly. Not a target, a diagnostic.",
+        f"- **/mutate mix**: {mmix}; new routes have two parents and no sectionName, so they sit in "
+        "several contexts.",
+        f"- **Saturation**: `{http['tool']}` with {cfg['connections']} connections for "
+        f"{cfg['saturation_seconds']:g} s. **Fixed rate**: `bench/loadgen.py`, open loop at "
+        f"{cfg['rate']:g} requests/s for {cfg['rate_seconds']:g} s, latency counted from each request's "
+        "due time (a server that falls behind is charged for its queue); what has not been answered "
+        "a few seconds after the end is counted with the time it waited (a lower bound).",
+        f"- {cfg['rounds']} rounds; in each, every measurement of ours sits next to the no-op's on the same "
+        "bodies, the order flipping every round. Ratios are medians of the per-round ratios.",
+        "",
+        "| mix | ours, req/s | no-op, req/s | throughput ratio (min to max) | ours p50 / p99 | no-op p50 / p99 | p99 ratio | ours answered/s at the fixed rate |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in mixes:
+        f = {k.removeprefix(f"http_{m}_"): v for k, v in flat.items() if k.startswith(f"http_{m}_")}
+        out.append(
+            f"| {m} | {_n(f['rps'])} | {_n(flat[f'http_noop_{m}_rps'])} | "
+            f"{_ratio(f['throughput_ratio'])} ({_n(f['throughput_ratio_min'])} to {_n(f['throughput_ratio_max'])}) | "
+            f"{_n(f['p50_ms'])} / {_n(f['p99_ms'])} ms | {_n(flat[f'http_noop_{m}_p50_ms'])} / "
+            f"{_n(flat[f'http_noop_{m}_p99_ms'])} ms | {_ratio(f['p99_ratio'])} | "
+            f"{_n(f['achieved_rps'])} of {_n(flat['http_offered_rps'])} ({_n(f['unfinished'])} unanswered) |"
+        )
+    out.append("")
+    times = ", ".join(
+        f"{m} {_n(1000 / flat[f'http_{m}_rps'])} ms vs {_n(1000 / flat[f'http_noop_{m}_rps'])} ms"
+        for m in mixes
+        if flat.get(f"http_{m}_rps") and flat.get(f"http_noop_{m}_rps")
+    )
+    out += [
+        f"Server time per request at saturation (1 / throughput, ours vs the no-op's): {times}. "
+        "Where ours cannot answer the fixed rate at all, its latency is its queue: the figure says "
+        "it is overloaded, not how slow one answer is — §2 has the cost of one decision.",
+        "",
+    ]
+    sanity = http.get("sanity", {})
+    if sanity:
+        v, m = sanity.get("validate", {}), sanity.get("mutate", {})
+        out += [
+            f"Sanity check before the runs (first 40 reviews of each mix, to both servers): every answer "
+            f"echoed its uid; ours denied {v.get('denied')} of {v.get('ok')} /validate reviews and "
+            f"patched {m.get('patched')} of {m.get('ok')} /mutate ones.",
+            "",
+        ]
+    return out
+
+
+def _scale(s: Mapping[str, Any]) -> list[str]:
+    cats = sorted(k for k in s if k.startswith("validate_cat_") and k.endswith("_median_ms"))
+    mcats = sorted(k for k in s if k.startswith("mutate_cat_") and k.endswith("_median_ms"))
+    cache_note = (
+        "through `webhook.core.cache.SummaryCache`"
+        if s.get("uses_cache")
+        else "**without a cache** (TODO: `webhook.core.cache` was missing; cached lookup not measured)"
+    )
+    out = [
+        f"## 2. Scale: the synthetic cluster at {s['scale']:g}{X} the default size",
+        "",
+        f"`bench/synth.py`, seed 1: {s['objects_gateways']} Gateways {X} 3 listeners, {s['objects_routes']:,} "
+        f"HTTPRoutes, {s['objects_services']:,} Services, {s['objects_namespaces']} Namespaces, "
+        f"{s['objects_policies']:,} policies of 5 kinds (Retry, Timeout, Color: Inherited; HealthCheck: "
+        "Direct; ConnectionLimit: Inherited, cluster-scoped) on every level — GatewayClass, Gateway, "
+        "listener, Namespace, route, named rule, Service, Service port — and "
+        f"{s['objects_reference_grants']} ReferenceGrants; {s['objects']:,} objects in all. One Gateway is "
+        f"busy: {s['objects_busy_gateway_routes']:,} routes name it first. Loaded into the webhook's "
+        f"`Store` in a fresh process; summaries {cache_note}.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| load (every object `Store.upsert`ed) | {_n(s['load_s'])} s |",
+        f"| hierarchy index build | {_n(s['index_build_s'])} s |",
+        f"| cold summaries, all {s['annotated_objects']:,} annotated objects (index included) | "
+        f"{_n(s['cold_summaries_s'])} s ({_n(s['cold_summary_per_object_us'])} µs each; "
+        f"{s['summaries_nonempty']:,} non-empty, mean {_n(s['summary_mean_bytes'])} bytes, "
+        f"{s['summaries_truncated']} truncated at 16 KiB) |",
+        f"| cached summary lookup, median / p99 | {_n(s.get('cached_lookup_median_us'))} / "
+        f"{_n(s.get('cached_lookup_p99_us'))} µs |",
+        f"| validation decision (`admission.validate`, {s['validate_n']} reviews of the mix), median / p99 | "
+        f"{_n(s['validate_median_ms'])} / {_n(s['validate_p99_ms'])} ms |",
+        f"| … without Gateway- and Namespace-level policies, median / p99 | "
+        f"{_n(s.get('validate_light_median_ms'))} / {_n(s.get('validate_light_p99_ms'))} ms |",
+        f"| mutation decision (`admission.mutate`, {s['mutate_n']} reviews), median / p99 | "
+        f"{_n(s['mutate_median_ms'])} / {_n(s['mutate_p99_ms'])} ms |",
+        f"| fan-out: one edit of the busy Gateway's RetryPolicy, invalidate + recompute "
+        f"(median of {s['fanout_repeats']}) | {_n(s['fanout_s'])} s = {_n(s['fanout_invalidate_s'])} s "
+        f"invalidate + {_n(s['fanout_recompute_s'])} s recompute |",
+        f"| … objects it reaches | {s['fanout_affected_objects']:,} ({s['fanout_affected_routes']:,} routes, "
+        f"{s['fanout_affected_services']:,} Services); {_n(s['fanout_s_per_1000_routes'])} s per 1,000 routes; "
+        f"recomputed values equal fresh ones: {'yes' if s['fanout_consistent'] else '**no**'} |",
+        f"| peak RSS (`ru_maxrss`) | {_n(s['peak_rss_mb'])} MB ({_n(s['rss_baseline_mb'])} MB of it the "
+        "interpreter and imports) |",
+        f"| reference workload (`bench/calibrate.py`) | {_n(s['calibration_ms'])} ms |",
+        "",
+        "Validation decisions by category (median / slowest, ms):",
+        "",
+        "| category | median | max |",
+        "|---|---|---|",
+    ]
+    for key in cats:
+        name = key.removeprefix("validate_cat_").removesuffix("_median_ms")
+        out.append(
+            f"| {name.replace('_', '-')} | {_n(s[key])} | {_n(s[key.replace('_median_ms', '_max_ms')])} |"
+        )
+    out += [
+        "",
+        "Mutation decisions by category (median / slowest, ms):",
+        "",
+        "| category | median | max |",
+        "|---|---|---|",
+    ]
+    for key in mcats:
+        name = key.removeprefix("mutate_cat_").removesuffix("_median_ms")
+        out.append(
+            f"| {name.replace('_', '-')} | {_n(s[key])} | {_n(s[key.replace('_median_ms', '_max_ms')])} |"
+        )
+    out.append("")
+    return out
+
+
+def _growth(g: Mapping[str, Any]) -> list[str]:
+    runs = g["runs"]
+    sizes = ", ".join(f"{r['scale']:g}{X}" for r in runs)
+    head = (
+        "| cost | "
+        + " | ".join(f"{r['scale']:g}{X}" for r in runs)
+        + " | exponent (CPU time) | exponent (wall time) |"
+    )
+    out = [
+        "## 3. Growth",
+        "",
+        f"The scale benchmark at {sizes} (every count multiplied; "
+        "the busy Gateway keeps its share of the routes, so the fan-out grows too), each size in a fresh "
+        "process. The exponent is the least-squares slope of log(cost) on log(size), 1.0 being linear. "
+        "Times are fitted on the process's own CPU time (the claim: a neighbour's burst during one "
+        "size cannot inflate it) and on wall time beside it; the table shows wall times. Memory is "
+        "the peak RSS above the interpreter's own. The reference workload's time shows how busy the "
+        "machine was during each size.",
+        "",
+        head,
+        "|---|" + "---|" * (len(runs) + 2),
+    ]
+    units = {"_s": "s", "_ms": "ms", "_us": "µs", "_mb": "MB"}
+    for cost, label in GROWTH_COSTS.items():
+        if not all(cost in r for r in runs):
+            continue
+        unit = next(u for suffix, u in units.items() if cost.endswith(suffix))
+        cells = " | ".join(f"{_n(r[cost])} {unit}" for r in runs)
+        out.append(
+            f"| {label} | {cells} | **{_n(g['exponents'][cost], 2)}** | {_n(g['exponents'].get(f'{cost}_wall'), 2)} |"
+        )
+    objects = " | ".join(f"{r['objects']:,}" for r in runs)
+    calib = " | ".join(f"{_n(r['calibration_ms'])} ms" for r in runs)
+    out += [f"| (objects) | {objects} | | |", f"| (reference workload) | {calib} | | |", ""]
+    return out
+
+
+def _profile(p: Mapping[str, Any]) -> list[str]:
+    scenarios = p.get("scenarios", {})
+    titles = {
+        "validate": "a /validate decision (the whole mix)",
+        "validate_light": "a /validate decision (without Gateway/Namespace-level policies)",
+        "cold": "cold summaries (4,000 objects sampled)",
+        "fanout": "fan-out of one busy-Gateway policy change",
+    }
+    out = [
+        "## Where the time goes",
+        "",
+        f"Each scenario in a fresh process with the cluster at {_n(_profile_scale(scenarios))}{X} the default "
+        "size, sampled by py-spy at 250 Hz (no "
+        "instrumentation overhead); only samples inside the scenario count. *Own*: the function was "
+        "running; *inclusive*: it was on the stack. `(dataclass-generated …)` are the `__init__`, "
+        "`__eq__` and `__hash__` that `@dataclass` writes for `ObjectKey`, `GroupKind`, `Rung`, "
+        "`Source`, `ContextResult` and friends. Full tables: `bench/out/profile-*.txt`.",
+        "",
+    ]
+    for name, result in scenarios.items():
+        out += [
+            f"### {titles.get(name, name)}",
+            "",
+            f"{result['samples']} samples ({result['tool']}), scenario {_n(result['seconds'])} s.",
+            "",
+            "| own | function | | inclusive | function |",
+            "|---|---|---|---|---|",
+        ]
+        for (fn_own, pct_own), (fn_inc, pct_inc) in zip(
+            result["own"][:10], result["inclusive"][:10], strict=False
+        ):
+            out.append(f"| {pct_own}% | `{fn_own}` | | {pct_inc}% | `{fn_inc}` |")
+        out.append("")
+    return out
+
+
+def _profile_scale(scenarios: Mapping[str, Any]) -> float:
+    return next((float(r.get("scale", 1.0)) for r in scenarios.values()), 1.0)
+
+
+def _choices(parts: Mapping[str, Any], flat: Mapping[str, float]) -> list[str]:
+    out = ["## Choices and their measured gains", ""]
+    if "http_wrk_gain_over_python_client" in flat:
+        out.append(
+            f"- **wrk for saturation** (harness): the no-op reached {_n(flat['http_noop_validate_rps'])} req/s "
+            f"driven by wrk and {_n(flat['http_noop_validate_rps_python_client'])} req/s driven by the aiohttp "
+            f"load generator — {_ratio(flat['http_wrk_gain_over_python_client'])}: a Python client saturates "
+            "before the server does and would flatter every ratio. The fixed-rate runs use the Python "
+            "generator (wrk has no open-loop mode); at 500 req/s it has headroom."
+        )
+    uv = [m for m in ("validate", "validate_light", "mutate") if f"http_{m}_uvloop_gain" in flat]
+    if uv:
+        gains = ", ".join(f"{m} {_ratio(flat[f'http_{m}_uvloop_gain'])}" for m in uv)
+        out.append(
+            "- **uvloop for the webhook's event loop** (candidate, not adopted: the product runs on "
+            f"asyncio's loop): throughput at saturation on uvloop / on asyncio, same rounds: {gains}."
+        )
+    c = parts.get("choices", {})
+    if c:
+        rows = []
+        for name, what in (
+            ("decode_review", "`reviews.decode_review`'s `json.loads` of review bodies"),
+            ("encode_review", "`reviews.encode_review`'s compact `json.dumps`"),
+            ("summary_dump", "`summary.dump` (sorted keys) of summary values"),
+        ):
+            if f"orjson_{name}_speedup" in c:
+                same = "identical" if c[f"orjson_{name}_identical"] else "**different**"
+                rows.append(
+                    f"  - {what}: {_ratio(c[f'orjson_{name}_speedup'])} faster "
+                    f"({_n(c[f'json_{name}_us_per_item'])} µs per item with json; output {same})"
+                )
+        out += [
+            "- **orjson instead of json** (candidate, not adopted; median of alternating rounds on our data):",
+            *rows,
+        ]
+    out += [
+        "- **A fresh process per size** for the scale and growth runs, so `ru_maxrss` is that size's "
+        "peak; **CPU time** beside wall time for every phase, so that a busy neighbour during one "
+        "size does not read as superlinear growth.",
+        "",
+    ]
+    return out

@@ -1,0 +1,267 @@
+"""Part 2, scale: one synthetic cluster in the webhook's own store, and what it costs.
+
+    python -m bench.scale --scale 1 --seed 1
+
+Run by the harness in a fresh process per size, so that peak RSS (`ru_maxrss`) is this size's.
+Prints one JSON object of named numbers. Measured, in order:
+- load: every object `Store.upsert`ed (with the summary cache subscribed, as in the webhook);
+- cold summaries: the hierarchy index built, then every annotated object's summary computed
+  through the cache (`SummaryCache.get` on an empty cache);
+- cached lookup: `SummaryCache.get` of objects already cached, one call at a time;
+- validation and mutation decisions: `admission.validate`/`mutate` on the review mixes of
+  `bench.traffic`, one at a time (no HTTP);
+- fan-out: one change of a policy on the busy Gateway, written to the store (the cache drops
+  what it affects), then every affected summary computed again;
+- peak RSS of the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import random
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench import synth, traffic
+from bench.calibrate import reference_ms
+from bench.loadgen import percentile
+from webhook.core import admission, hierarchy, summary
+from webhook.core.refs import ObjectKey, key_of
+from webhook.core.settings import Settings
+from webhook.core.store import Store
+
+try:
+    from webhook.core.cache import SummaryCache
+except ImportError:  # before the cache existed: measure the engine without one
+    SummaryCache = None  # type: ignore[assignment,misc]
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+class Stopwatch:
+    """Wall time and this process's CPU time of one phase.
+
+    On a shared machine a phase's wall time includes the time other processes held the core;
+    its CPU time does not. Targets are read on wall time (what a user waits); growth exponents
+    are fitted on CPU time, which a neighbour's burst during one size cannot inflate.
+    """
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = time.process_time()
+
+    def stop(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def measure(
+    k: float, *, seed: int, reviews: int, lookups: int, fanout_repeats: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "scale": k,
+        "rss_baseline_mb": rss_mb(),
+        "uses_cache": int(SummaryCache is not None),
+    }
+    settings = Settings()
+    calibration = [reference_ms()]  # again between phases: the machine's speed while we ran
+
+    watch = Stopwatch()
+    cluster = synth.generate(synth.Shape().scaled(k), seed=seed)
+    out["generate_s"], _ = watch.stop()
+    out.update({f"objects_{name}": n for name, n in synth.describe(cluster).items()})
+    out["objects"] = cluster.count()
+
+    store = Store()
+    cache = SummaryCache(store, settings) if SummaryCache is not None else None
+    get: Callable[[ObjectKey], str | None] = (
+        cache.get if cache is not None else (lambda key: summary.summarize(key, store, settings))
+    )
+    gc.collect()
+    watch = Stopwatch()
+    for obj in cluster.objects():
+        store.upsert(obj)
+    out["load_s"], out["load_cpu_s"] = watch.stop()
+    out["rss_after_load_mb"] = rss_mb()
+
+    keys = [key for obj in cluster.annotated() if (key := key_of(obj)) is not None]
+    calibration.append(reference_ms())
+    watch = Stopwatch()
+    hierarchy.index_for(store)
+    out["index_build_s"], index_cpu = watch.stop()
+    values = []
+    watch = Stopwatch()
+    for key in keys:
+        values.append(get(key))
+    out["summaries_s"], summaries_cpu = watch.stop()
+    out["cold_summaries_s"] = out["summaries_s"] + out["index_build_s"]
+    out["cold_summaries_cpu_s"] = summaries_cpu + index_cpu
+    out["annotated_objects"] = len(keys)
+    out["summaries_nonempty"] = sum(v is not None for v in values)
+    out["summary_mean_bytes"] = statistics.fmean(len(v) for v in values if v is not None)
+    out["summaries_truncated"] = sum(1 for v in values if v is not None and '"truncated":true' in v)
+    out["cold_summary_per_object_us"] = out["summaries_s"] / len(keys) * 1e6
+    del values
+
+    if cache is not None:
+        rng = random.Random(seed)
+        sample = [rng.choice(keys) for _ in range(lookups)]
+        timings = []
+        clock = time.perf_counter_ns
+        for key in sample:
+            t_ns = clock()
+            cache.get(key)
+            timings.append(clock() - t_ns)
+        timings.sort()
+        out["cached_lookup_median_us"] = percentile(timings, 50) / 1000
+        out["cached_lookup_p99_us"] = percentile(timings, 99) / 1000
+        out["cached_lookup_mean_us"] = statistics.fmean(timings) / 1000
+        # CPU-time view for the growth fit: a batch, since one lookup is below the clock's reach
+        batch = sample[: min(len(sample), 5000)]
+        watch = Stopwatch()
+        for key in batch:
+            cache.get(key)
+        out["cached_lookup_cpu_us"] = watch.stop()[1] / len(batch) * 1e6
+
+    calibration.append(reference_ms())
+    validate_mix = traffic.validate_reviews(cluster, reviews)
+    out.update(_decisions("validate", admission.validate, validate_mix, store, settings))
+    mutate_mix = traffic.mutate_reviews(cluster, reviews // 2)
+    out.update(_decisions("mutate", admission.mutate, mutate_mix, store, settings))
+    calibration.append(reference_ms())
+    out.update(_fanout(cluster, store, cache, settings, fanout_repeats))
+    calibration.append(reference_ms())
+    out["calibration_ms"] = statistics.median(calibration)
+    out["calibration_spread"] = max(calibration) / min(calibration)
+    out["peak_rss_mb"] = rss_mb()
+    out["state_rss_mb"] = out["peak_rss_mb"] - out["rss_baseline_mb"]
+    return out
+
+
+def _decisions(
+    name: str,
+    decide: Callable[..., Any],
+    mix: list[tuple[str, traffic.Review]],
+    store: Store,
+    settings: Settings,
+) -> dict[str, float]:
+    by_category: dict[str, list[float]] = {}
+    every, every_cpu = [], []
+    for category, review in mix:
+        request = review["request"]
+        watch = Stopwatch()
+        decide(request, view=store, settings=settings)
+        seconds, cpu = watch.stop()
+        by_category.setdefault(category, []).append(seconds)
+        every.append(seconds)
+        every_cpu.append(cpu)
+    out: dict[str, float] = {}
+    every.sort()
+    every_cpu.sort()
+    out[f"{name}_median_cpu_ms"] = percentile(every_cpu, 50) * 1000
+    out[f"{name}_p99_cpu_ms"] = percentile(every_cpu, 99) * 1000
+    light = sorted(s for c, ss in by_category.items() if c not in traffic.HEAVY for s in ss)
+    for label, values in ((name, every), (f"{name}_light", light)):
+        if values and (label == name or name == "validate"):
+            out[f"{label}_median_ms"] = percentile(values, 50) * 1000
+            out[f"{label}_p99_ms"] = percentile(values, 99) * 1000
+            out[f"{label}_mean_ms"] = statistics.fmean(values) * 1000
+            out[f"{label}_n"] = len(values)
+    for category, values in by_category.items():
+        values.sort()
+        out[f"{name}_cat_{category.replace('-', '_')}_median_ms"] = percentile(values, 50) * 1000
+        out[f"{name}_cat_{category.replace('-', '_')}_max_ms"] = values[-1] * 1000
+    return out
+
+
+def _fanout(
+    cluster: synth.Cluster, store: Store, cache: Any, settings: Settings, repeats: int
+) -> dict[str, float]:
+    """One edit of the busy Gateway's RetryPolicy: invalidate, then recompute what it reaches."""
+    assert cluster.busy_policy is not None
+    policy = cluster.busy_policy
+    target = key_of(cluster.busy_gateway)
+    assert target is not None
+    runs = []
+    for j in range(repeats):
+        edited = copy.deepcopy(policy)
+        edited["spec"]["default"]["retryOn"] = [str(500 + j % 4), "reset"]
+        edited["spec"].setdefault("override", {})["maxRetries"] = 2 + j
+        seen: list[frozenset[ObjectKey]] = []
+
+        def listen(
+            key: ObjectKey,
+            old: Any,
+            new: Any,
+            affected: frozenset[ObjectKey],
+            seen: list[Any] = seen,
+        ) -> None:
+            seen.append(affected)
+
+        if cache is not None:
+            cache.add_listener(listen)
+        fresh = {}
+        cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        store.upsert(edited)
+        if cache is not None:
+            affected = seen[0]
+            cache.remove_listener(listen)
+        else:
+            affected = frozenset(hierarchy.affected_by(target, None, store))
+        t1 = time.perf_counter()
+        for key in affected:
+            fresh[key] = (
+                cache.get(key) if cache is not None else summary.summarize(key, store, settings)
+            )
+        t2 = time.perf_counter()
+        runs.append((t2 - t0, t1 - t0, t2 - t1, affected, fresh, time.process_time() - cpu0))
+        policy = edited
+    runs.sort(key=lambda r: r[0])
+    total, invalidate, recompute, affected, values, cpu = runs[len(runs) // 2]
+    routes = sum(1 for key in affected if key.kind.endswith("Route"))
+    sample = random.Random(3).sample(sorted(affected), k=min(25, len(affected)))
+    consistent = all(values[key] == summary.summarize(key, store, settings) for key in sample)
+    return {
+        "fanout_s": total,
+        "fanout_cpu_s": cpu,
+        "fanout_invalidate_s": invalidate,
+        "fanout_recompute_s": recompute,
+        "fanout_affected_objects": len(affected),
+        "fanout_affected_routes": routes,
+        "fanout_affected_services": sum(1 for key in affected if key.kind == "Service"),
+        "fanout_s_per_1000_routes": total / max(1, routes) * 1000,
+        "fanout_consistent": int(consistent),
+        "fanout_repeats": len(runs),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale")
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--reviews", type=int, default=200, help="validation decisions timed")
+    parser.add_argument("--lookups", type=int, default=20_000, help="cached lookups timed")
+    parser.add_argument("--fanout-repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    result = measure(
+        args.scale,
+        seed=args.seed,
+        reviews=args.reviews,
+        lookups=args.lookups,
+        fanout_repeats=args.fanout_repeats,
+    )
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

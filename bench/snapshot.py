@@ -1,0 +1,68 @@
+"""One frozen copy of the code for a whole run, so every part measures the same webhook.
+
+A full run takes a quarter of an hour while others keep committing; without this, the HTTP
+part could measure one version of `webhook/` and the growth runs another. `take()` copies
+`webhook/`, `bench/` and the example CRDs into a temporary folder; every measuring process
+(servers, load generators, scale runs, profiles) starts there, with that folder first on its
+path. Outputs still go to the repository (`bench/out/`, `docs/`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+_ENV = "BENCH_CODE_ROOT"
+
+
+def code_root() -> Path:
+    """Where measuring processes import the code from: the snapshot, else the repository."""
+    return Path(os.environ.get(_ENV) or REPO)
+
+
+def env() -> dict[str, str]:
+    """Environment for a measuring subprocess (run it with `cwd=code_root()`)."""
+    paths = [str(code_root()), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def take() -> Path:
+    """Copy the code aside and make it the code of every later measuring process."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-code-"))
+    ignore = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
+    shutil.copytree(REPO / "webhook", folder / "webhook", ignore=ignore)
+    shutil.copytree(REPO / "bench", folder / "bench", ignore=ignore)
+    (folder / "examples").mkdir()
+    shutil.copytree(REPO / "examples" / "cluster", folder / "examples" / "cluster")
+    os.environ[_ENV] = str(folder)
+    return folder
+
+
+def drop(folder: Path) -> None:
+    os.environ.pop(_ENV, None)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def identity(root: Path | None = None) -> dict[str, Any]:
+    """The repository's commit, whether `webhook/` had uncommitted changes, and a digest of
+    the `webhook/` sources under `root` (the snapshot, by default the code being measured)."""
+    root = root or code_root()
+    digest = hashlib.sha256()
+    for path in sorted((root / "webhook").rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO, check=False)
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") or "unknown",
+        "webhook_dirty": bool(git("status", "--porcelain", "--", "webhook")),
+        "digest": digest.hexdigest()[:12],
+    }
