@@ -25,7 +25,7 @@ from webhook.core import kinds, summary
 from webhook.core.refs import ObjectKey, key_of
 from webhook.core.settings import Settings
 from webhook.core.store import Store
-from webhook.shell.informers import connect, request_json
+from webhook.shell.kubeapi import connect, request_json
 
 if TYPE_CHECKING:
     from cluster import LocalCluster

@@ -44,7 +44,7 @@ from convergence import (
 )
 from webhook_harness import WebhookProcess, registered
 
-from webhook.shell.informers import connect
+from webhook.shell.kubeapi import connect
 from webhook.shell.tls import self_signed
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ from webhook.core import kinds
 from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.store import Store
 from webhook.shell import readiness as ready
-from webhook.shell.informers import ClusterSource, connect
+from webhook.shell.informers import ClusterSource
+from webhook.shell.kubeapi import connect
 from webhook.shell.metrics import Metrics
 from webhook.shell.readiness import Readiness
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from webhook.shell.informers import connect
+from webhook.shell.kubeapi import connect
 from webhook.shell.leader import LeaderElector, micro_time
 from webhook.shell.metrics import Metrics
 

@@ -25,7 +25,7 @@ from webhook.core.cache import SummaryCache
 from webhook.core.refs import GATEWAY_GROUP, GroupKind, ObjectKey
 from webhook.core.settings import Settings
 from webhook.core.store import Store
-from webhook.shell.informers import Resource
+from webhook.shell.kubeapi import Resource
 from webhook.shell.metrics import Metrics
 from webhook.shell.reconciler import Reconciler, annotation_patch, object_path
 from webhook.shell.workqueue import TokenBucket, WorkQueue

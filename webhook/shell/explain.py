@@ -40,9 +40,9 @@ def run(args: argparse.Namespace, *, config: OperatorConfig, settings: Settings)
 
 
 async def _load_from_cluster(store: Store, kubeconfig: str | None, settings: Settings) -> None:
-    from webhook.shell import informers
+    from webhook.shell import informers, kubeapi
 
-    api = await informers.connect(kubeconfig)
+    api = await kubeapi.connect(kubeconfig)
     try:
         source = informers.ClusterSource(api, store, keep_annotation=settings.annotation_key)
         source.start()

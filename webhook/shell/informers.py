@@ -5,7 +5,7 @@ list's resourceVersion, with bookmarks; `410 Gone` relists, any other failure re
 an exponential backoff with full jitter. CRDs are watched first: they say at which version each
 Gateway API kind is served and which kinds are policies (SPEC §1.1), so a policy CRD created or
 labelled later gets an informer live, and one removed or unlabelled loses it and its objects.
-Requests are raw JSON through the `ApiClient` (auth, TLS, token refresh), never typed models.
+Requests are raw JSON through `kubeapi` (the `ApiClient`'s auth, TLS and token refresh).
 """
 
 from __future__ import annotations
@@ -15,21 +15,19 @@ import contextlib
 import json
 import logging
 import math
-import os
 import random
-import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from webhook.core import kinds
 from webhook.core.refs import CORE_GROUP, GATEWAY_GROUP, GroupKind, key_of
 from webhook.core.store import Store
 from webhook.core.trim import trim
+from webhook.shell import kubeapi
 from webhook.shell import readiness as ready
 from webhook.shell.logs import fields
 from webhook.shell.metrics import Metrics
@@ -42,173 +40,10 @@ GATEWAY_KINDS = frozenset(
     {gk for gk in kinds.DEFAULT_TARGETS if gk.group == GATEWAY_GROUP} | {kinds.REFERENCE_GRANT}
 )
 
-
-# --- the API client --------------------------------------------------------------------------
-
-
-async def connect(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
-    """An `ApiClient` for `kubeconfig` if given; else in-cluster; else `KUBECONFIG` or ~/.kube/config.
-
-    An explicit path wins over the pod's service account, as with kubectl. The caller owns the
-    client and closes it (`await api.close()`).
-    """
-    configuration = client.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        # Re-reads the projected service-account token when it expires (bound tokens rotate).
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        await config.load_kube_config(
-            config_file=path,
-            context=context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
-    return client.ApiClient(configuration)
-
-
-class ApiError(Exception):
-    """The API server answered with an error status; `status` is its HTTP code (410 = Gone)."""
-
-    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
-        super().__init__(f"{status} {reason}: {message}".strip(": "))
-        self.status, self.reason, self.message = status, reason, message
-
-    @classmethod
-    def from_status(cls, status: int, body: object) -> ApiError:
-        """From a `Status` object (a response body or a watch ERROR event)."""
-        if isinstance(body, Mapping):
-            code = body.get("code")
-            return cls(
-                code if isinstance(code, int) else status,
-                str(body.get("reason") or ""),
-                str(body.get("message") or ""),
-            )
-        return cls(status, "", str(body)[:200])
-
-
-def request_timeout(seconds: float) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=seconds, connect=seconds)
-
-
-async def open_request(
-    api: client.ApiClient,
-    method: str,
-    path: str,
-    *,
-    query: Sequence[tuple[str, str]] = (),
-    body: object = None,
-    timeout: aiohttp.ClientTimeout,
-) -> aiohttp.ClientResponse:
-    """Send one request; the open response on 2xx (caller closes it), `ApiError` otherwise."""
-    response: aiohttp.ClientResponse = await api.call_api(
-        path,
-        method,
-        query_params=list(query),
-        header_params={"Accept": "application/json", "Content-Type": "application/json"},
-        body=body,
-        auth_settings=["BearerToken"],
-        _preload_content=False,  # the raw aiohttp response: JSON as sent, no typed models
-        _request_timeout=timeout,
-    )
-    if response.status < 300:
-        return response
-    try:
-        raw = await response.read()
-    finally:
-        response.release()
-    try:
-        status: object = json.loads(raw)
-    except ValueError:
-        status = raw.decode(errors="replace")
-    raise ApiError.from_status(response.status, status)
-
-
-async def request_json(
-    api: client.ApiClient,
-    method: str,
-    path: str,
-    *,
-    query: Sequence[tuple[str, str]] = (),
-    body: object = None,
-    timeout: float = 30.0,
-) -> dict[str, Any]:
-    """One request, whole JSON answer."""
-    response = await open_request(
-        api, method, path, query=query, body=body, timeout=request_timeout(timeout)
-    )
-    try:
-        data = json.loads(await response.read())
-    finally:
-        response.release()
-    return data if isinstance(data, dict) else {}
-
-
-# --- resources -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """One listable resource at one version: where to list and watch it, what kind it holds."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-
-    @property
-    def group_kind(self) -> GroupKind:
-        return GroupKind(self.group, self.kind)
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def path(self) -> str:
-        """The cluster-wide collection (all namespaces for namespaced kinds)."""
-        if self.group == CORE_GROUP:
-            return f"/api/{self.version}/{self.plural}"
-        return f"/apis/{self.group}/{self.version}/{self.plural}"
-
-
-CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", kinds.CRD.kind)
-SERVICES = Resource(CORE_GROUP, "v1", "services", kinds.SERVICE.kind)
-NAMESPACES = Resource(CORE_GROUP, "v1", "namespaces", kinds.NAMESPACE.kind)
-
-_KUBE_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
-
-
-def version_priority(name: str) -> tuple[int, int, int]:
-    """Kubernetes version order: GA > beta > alpha, then by numbers; others last."""
-    match = _KUBE_VERSION.match(name)
-    if match is None:
-        return (0, 0, 0)
-    major, stage, minor = match.groups()
-    return ({"alpha": 1, "beta": 2}.get(stage or "", 3), int(major), int(minor or 0))
-
-
-def resource_of_crd(crd: Mapping[str, Any]) -> Resource | None:
-    """The resource a CRD serves, at its preferred version (as API discovery would name it)."""
-    spec = crd.get("spec")
-    if not isinstance(spec, Mapping):
-        return None
-    group, names, versions = spec.get("group"), spec.get("names"), spec.get("versions")
-    if (
-        not isinstance(group, str)
-        or not isinstance(names, Mapping)
-        or not isinstance(versions, list)
-    ):
-        return None
-    kind, plural = names.get("kind"), names.get("plural")
-    served = [
-        v["name"]
-        for v in versions
-        if isinstance(v, Mapping) and v.get("served") and isinstance(v.get("name"), str)
-    ]
-    if not isinstance(kind, str) or not isinstance(plural, str) or not served:
-        return None
-    return Resource(group, max(served, key=version_priority), plural, kind)
+# What every replica watches from the start; the CRDs say what else (Gateway API, policies).
+CRDS = kubeapi.Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", kinds.CRD.kind)
+SERVICES = kubeapi.Resource(CORE_GROUP, "v1", "services", kinds.SERVICE.kind)
+NAMESPACES = kubeapi.Resource(CORE_GROUP, "v1", "namespaces", kinds.NAMESPACE.kind)
 
 
 # --- one informer ----------------------------------------------------------------------------
@@ -221,7 +56,7 @@ class _Gone(Exception):
 class _Informer:
     """List + watch of one resource into the store, forever, until its task is cancelled."""
 
-    def __init__(self, source: ClusterSource, resource: Resource) -> None:
+    def __init__(self, source: ClusterSource, resource: kubeapi.Resource) -> None:
         self.source = source
         self.resource = resource
         self.kind_label = str(resource.group_kind)
@@ -262,7 +97,9 @@ class _Informer:
                     attempt = 0  # a long healthy watch that broke: start the backoff afresh
                 delay = self.source.backoff(attempt)
                 self.source.count_restart(self, "error")
-                expected = isinstance(exc, ApiError | aiohttp.ClientError | OSError | ValueError)
+                expected = isinstance(
+                    exc, kubeapi.ApiError | aiohttp.ClientError | OSError | ValueError
+                )
                 logger.warning(
                     "list/watch of %s failed; retrying in %.1fs",
                     self.kind_label,
@@ -270,12 +107,12 @@ class _Informer:
                     exc_info=not expected,  # a network or server error needs no traceback
                     extra=fields(kind=self.kind_label, error=repr(exc), attempt=attempt),
                 )
-                if isinstance(exc, ApiError) and not self.first_list.is_set():
+                if isinstance(exc, kubeapi.ApiError) and not self.first_list.is_set():
                     self._settle_unlisted(exc)
             attempt += 1
             await asyncio.sleep(delay)
 
-    def _settle_unlisted(self, error: ApiError) -> None:
+    def _settle_unlisted(self, error: kubeapi.ApiError) -> None:
         """Let the first sync go on without this kind, where waiting could last forever.
 
         A CRD-defined kind answering 404 is not established yet (or is being deleted): it has
@@ -308,10 +145,10 @@ class _Informer:
             if token:
                 query.append(("continue", token))
             try:
-                page = await request_json(
+                page = await kubeapi.request_json(
                     src.api, "GET", self.resource.path, query=query, timeout=src.request_timeout
                 )
-            except ApiError as exc:
+            except kubeapi.ApiError as exc:
                 if exc.status != 410 or not token:
                     raise
                 # The continue token outlived etcd's compaction: one unpaginated list, as
@@ -350,10 +187,10 @@ class _Informer:
             sock_read=seconds + src.request_timeout,
         )
         try:
-            response = await open_request(
+            response = await kubeapi.open_request(
                 src.api, "GET", self.resource.path, query=query, timeout=timeout
             )
-        except ApiError as exc:
+        except kubeapi.ApiError as exc:
             if exc.status == 410:
                 raise _Gone from exc
             raise
@@ -376,7 +213,7 @@ class _Informer:
         if not isinstance(obj, dict):
             raise ValueError(f"watch event without an object: {str(event)[:200]}")
         if kind == "ERROR":  # the object is a Status
-            error = ApiError.from_status(500, obj)
+            error = kubeapi.ApiError.from_status(500, obj)
             if error.status == 410:
                 raise _Gone(str(error))
             raise error
@@ -519,7 +356,7 @@ class ClusterSource:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def watched(self) -> dict[GroupKind, Resource]:
+    def watched(self) -> dict[GroupKind, kubeapi.Resource]:
         """The resources with a running informer, CRDs included."""
         found = {gk: inf.resource for gk, inf in self._informers.items()}
         return {kinds.CRD: CRDS, **found}
@@ -601,12 +438,12 @@ class ClusterSource:
                 ready.STATE_SYNCED, False, "waiting for the first list of " + ", ".join(names)
             )
 
-    def _wanted(self) -> dict[GroupKind, Resource]:
+    def _wanted(self) -> dict[GroupKind, kubeapi.Resource]:
         """Gateway API kinds and policy kinds (CRD label or config) whose CRD is served."""
         policy_kinds = {profile.group_kind for profile in self.store.policy_kinds()}
-        wanted: dict[GroupKind, Resource] = {}
+        wanted: dict[GroupKind, kubeapi.Resource] = {}
         for crd in self.store.objects(kinds.CRD):
-            resource = resource_of_crd(crd)
+            resource = kubeapi.resource_of_crd(crd)
             if resource is None:
                 continue
             gk = resource.group_kind
@@ -625,7 +462,7 @@ class ClusterSource:
             if resource.group_kind not in self._informers:
                 self._start(resource)
 
-    def _start(self, resource: Resource) -> None:
+    def _start(self, resource: kubeapi.Resource) -> None:
         informer = _Informer(self, resource)
         self._informers[resource.group_kind] = informer
         informer.start()

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from webhook.shell.informers import ApiError, request_json
+from webhook.shell import kubeapi
 from webhook.shell.logs import fields
 from webhook.shell.metrics import Metrics
 
@@ -184,7 +184,7 @@ class LeaderElector:
         now = datetime.datetime.now(datetime.UTC)
         try:
             lease = await self._request("GET", self._path)
-        except ApiError as exc:
+        except kubeapi.ApiError as exc:
             if exc.status != 404:
                 raise
             return await self._create(now)
@@ -221,7 +221,7 @@ class LeaderElector:
         """PUT or POST; False when another replica wrote first (409 Conflict: read again)."""
         try:
             written = await self._request(method, path, lease)
-        except ApiError as exc:
+        except kubeapi.ApiError as exc:
             if exc.status == 409:
                 return False
             raise
@@ -267,7 +267,9 @@ class LeaderElector:
     async def _request(
         self, method: str, path: str, body: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        return await request_json(self.api, method, path, body=body, timeout=self.request_timeout)
+        return await kubeapi.request_json(
+            self.api, method, path, body=body, timeout=self.request_timeout
+        )
 
     # --- transitions -------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 from webhook.core.cache import SummaryCache
 from webhook.core.settings import Settings
 from webhook.core.store import Store
-from webhook.shell import informers
+from webhook.shell import informers, kubeapi
 from webhook.shell import readiness as ready
 from webhook.shell.leader import LeaderElector
 from webhook.shell.logs import fields
@@ -47,7 +47,7 @@ async def running(
     released (another replica takes over at once instead of after expiry), the watches end,
     and the API client closes.
     """
-    api = await informers.connect(args.kubeconfig)
+    api = await kubeapi.connect(args.kubeconfig)
     source = informers.ClusterSource(
         api, store, keep_annotation=settings.annotation_key, metrics=metrics, readiness=readiness
     )

@@ -15,7 +15,6 @@ catch up and computes again. `fieldManager` names us in `managedFields`.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 from collections.abc import Callable, Mapping
@@ -29,7 +28,7 @@ from webhook.core.cache import SummaryCache
 from webhook.core.refs import CORE_GROUP, GroupKind, ObjectKey
 from webhook.core.settings import Settings
 from webhook.core.store import Store
-from webhook.shell.informers import ApiError, Resource, request_timeout
+from webhook.shell import kubeapi
 from webhook.shell.logs import fields
 from webhook.shell.metrics import Metrics
 from webhook.shell.workqueue import TokenBucket, WorkQueue
@@ -37,10 +36,10 @@ from webhook.shell.workqueue import TokenBucket, WorkQueue
 logger = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
-ResourceOf = Callable[[GroupKind], Resource | None]
+ResourceOf = Callable[[GroupKind], kubeapi.Resource | None]
 
 
-def object_path(resource: Resource, key: ObjectKey) -> str:
+def object_path(resource: kubeapi.Resource, key: ObjectKey) -> str:
     """The URL path of one object of `resource` (namespaced or cluster-scoped)."""
     root = (
         f"/api/{resource.version}"
@@ -257,12 +256,12 @@ class Reconciler:
         self.metrics.reconcile_skips.labels(kind=str(key.group_kind)).inc()
 
     async def _send(
-        self, resource: Resource, key: ObjectKey, wanted: str | None, version: str | None
+        self, resource: kubeapi.Resource, key: ObjectKey, wanted: str | None, version: str | None
     ) -> None:
         """One patch; 404 drops the key, 409 and failures come back later with a backoff."""
         try:
             await self._patch(resource, key, wanted, version)
-        except ApiError as exc:
+        except kubeapi.ApiError as exc:
             if exc.status == 404:
                 return  # gone; its DELETED event is on its way
             if exc.status == 409:
@@ -305,26 +304,18 @@ class Reconciler:
         self.queue.add_after(key, delay * random.uniform(0.5, 1.0))
 
     async def _patch(
-        self, resource: Resource, key: ObjectKey, value: str | None, version: str | None
+        self, resource: kubeapi.Resource, key: ObjectKey, value: str | None, version: str | None
     ) -> None:
-        response: aiohttp.ClientResponse = await self.api.call_api(
-            object_path(resource, key),
+        response = await kubeapi.open_request(
+            self.api,
             "PATCH",
-            query_params=[("fieldManager", self.field_manager)],
-            header_params={"Accept": "application/json", "Content-Type": MERGE_PATCH},
+            object_path(resource, key),
+            query=[("fieldManager", self.field_manager)],
             body=annotation_patch(self.annotation_key, value, version),
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=request_timeout(self.request_timeout),
+            content_type=MERGE_PATCH,
+            timeout=kubeapi.request_timeout(self.request_timeout),
         )
         try:
-            raw = await response.read()
+            await response.read()  # the whole object back; read so the connection is reused
         finally:
             response.release()
-        if response.status >= 300:
-            body: object
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                body = raw.decode(errors="replace")
-            raise ApiError.from_status(response.status, body)
