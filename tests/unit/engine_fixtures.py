@@ -1,8 +1,10 @@
 """Cluster state for the engine tests (hierarchy, precedence, summary, mutation), from YAML.
 
-Policy kinds of group `policies.example.com`, as SPEC §6 names them: RetryPolicy (with a full
-schema: lists, maps, list-maps, nested objects), TimeoutPolicy (no schema: every object is
-merged field by field), ColorPolicy (Inherited) and HealthCheckPolicy (Direct).
+`CRDS` is the one set of policy CRDs of every unit test (the rules' tests read it through
+`yaml_state`): kinds of group `policies.example.com`, as SPEC §6 names them — RetryPolicy (a
+full schema: lists, maps, list-maps, nested objects), TimeoutPolicy (no schema: every object is
+merged field by field), ColorPolicy (Inherited), HealthCheckPolicy (Direct) and the
+cluster-scoped ConnectionLimitPolicy. The label values are spelt in both cases on purpose.
 """
 
 from __future__ import annotations
@@ -103,11 +105,35 @@ apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
   name: healthcheckpolicies.policies.example.com
-  labels: {gateway.networking.k8s.io/policy: direct}
+  labels: {gateway.networking.k8s.io/policy: Direct}
 spec:
   group: policies.example.com
   scope: Namespaced
   names: {kind: HealthCheckPolicy, plural: healthcheckpolicies}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              targetRefs: {type: array, items: {type: object}}
+              path: {type: string}
+              intervalSeconds: {type: integer}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: connectionlimitpolicies.policies.example.com
+  labels: {gateway.networking.k8s.io/policy: inherited}
+spec:
+  group: policies.example.com
+  scope: Cluster
+  names: {kind: ConnectionLimitPolicy, plural: connectionlimitpolicies}
   versions:
   - name: v1alpha1
     served: true
