@@ -317,9 +317,22 @@ def annotated(store: Store) -> list[ObjectKey]:
     return sorted(key for gk in kinds.ANNOTATED_KINDS for key in store.keys(gk))
 
 
+def rebuilt(store: Store) -> Store:
+    """The same objects in a new store: no memo of any earlier state (`derived`) can help it."""
+    fresh = Store(store.config)
+    for gk in sorted(store.all_kinds(), reverse=True):  # another load order than the original
+        for obj in store.objects(gk):
+            fresh.upsert(obj)
+    return fresh
+
+
 def assert_fresh(cache: SummaryCache, store: Store, keys: list[ObjectKey]) -> None:
+    """Cached answers, and answers computed on the store's memos, equal a from-scratch one."""
+    fresh = rebuilt(store)
     for key in keys:
-        assert cache.get(key) == summary.summarize(key, store, SETTINGS), f"stale: {key}"
+        expected = summary.summarize(key, fresh, SETTINGS)
+        assert cache.get(key) == expected, f"stale cache entry: {key}"
+        assert summary.summarize(key, store, SETTINGS) == expected, f"stale memo: {key}"
 
 
 # --- the property ----------------------------------------------------------------------------
@@ -402,6 +415,20 @@ def test_the_property_catches_a_cache_that_forgets_to_invalidate(
     apply(store, ("upsert", policy_on_gateway("p0", "red")))
     assert cache.get(r1) is None
     assert summary.summarize(r1, store, SETTINGS) is not None
+
+
+def test_the_property_catches_a_memo_that_outlives_a_hierarchy_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not vacuous for `derived` either: contexts kept across a route's move are caught."""
+    monkeypatch.setattr(Store, "last_change", lambda self, gks: 0)
+    store = base_store()
+    apply(store, GW_POLICY)
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))  # memos filled
+    apply(store, ("upsert", route_doc("apps", "r1", 2, 1)))  # r1 moves to gw2: new contexts
+    with pytest.raises(AssertionError, match=r"stale (memo|cache entry)"):
+        assert_fresh(cache, store, annotated(store))
 
 
 # --- hits, misses and the TTL ---------------------------------------------------------------------

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.core import grants, hierarchy, kinds, leaves
+from webhook.core import derived, grants, hierarchy, kinds, leaves
 from webhook.core.hierarchy import Context, Rung
 from webhook.core.overlay import OverlayView
 from webhook.core.policy import Policy
@@ -101,31 +101,51 @@ def compute(
     if obj is None:
         return []
     contexts = hierarchy.contexts_of(key, view)
-    finder = _Finder(view)
-    rungs = {r for ctx in contexts for r in ctx}  # many contexts share most of their rungs
-    reached: dict[GroupKind, set[ObjectKey]] = {}
-    for rung_key in {key, *(r.key for r in rungs)}:
-        for policy, _ in finder.attached(rung_key):
-            reached.setdefault(policy.key.group_kind, set()).add(policy.key)
+    memo = derived.engine_memo(view)
+    structure = derived.structure_memo(view)
+    finder = _Finder(view, memo, structure.paths if structure is not None else {})
+    # Per context, only its rungs that hold a policy matter; many contexts share those.
+    hot = [finder.hot(ctx) for ctx in contexts]
+    reached = {p.key.group_kind for p, _ in finder.attached(key)}
+    for rung in {r for rungs in hot for r in rungs}:
+        reached.update(finder.policies_at(rung))
     sections = kinds.section_names(key.group_kind, obj)
     out = []
     for gk in sorted(reached):
         if only is not None and gk != only:
             continue
-        engine = _KindEngine(view.profile(gk), finder, with_losers)
-        result = engine.run(key, obj, contexts, sections)
+        engine = _KindEngine(view.profile(gk), finder, with_losers, memo)
+        result = engine.run(key, obj, contexts, hot, sections)
         if result is not None:
             out.append(result)
     return out
 
 
 class _Finder:
-    """Policies attached to a key, memoised for one computation: (policy, sectionName)."""
+    """Policies attached to keys and rungs, memoised for the view's state (`derived`)."""
 
-    def __init__(self, view: ClusterView) -> None:
+    def __init__(
+        self, view: ClusterView, memo: derived.EngineMemo, paths: dict[Any, tuple[str, ...]]
+    ) -> None:
         self.view = view
-        self._memo: dict[ObjectKey, list[tuple[Policy, str | None]]] = {}
-        self._paths: dict[Context, tuple[str, ...]] = {}
+        self._memo: dict[ObjectKey, list[tuple[Policy, str | None]]] = memo.attached
+        self._by_rung: dict[Rung, dict[GroupKind, list[Policy]]] = memo.by_rung
+        self._paths = paths
+
+    def policies_at(self, rung: Rung) -> Mapping[GroupKind, list[Policy]]:
+        """The policies attached exactly at `rung` (its object and section), by kind."""
+        found = self._by_rung.get(rung)
+        if found is None:
+            found = {}
+            for policy, section in self.attached(rung.key):
+                if section == rung.section:
+                    found.setdefault(policy.key.group_kind, []).append(policy)
+            self._by_rung[rung] = found
+        return found
+
+    def hot(self, context: Context) -> tuple[Rung, ...]:
+        """The rungs of `context` where some policy is attached."""
+        return tuple(rung for rung in context if self.policies_at(rung))
 
     def path_of(self, context: Context) -> tuple[str, ...]:
         found = self._paths.get(context)
@@ -250,14 +270,16 @@ def _tie_why(loser: Policy, winner: Policy) -> str:
 class _KindEngine:
     """One policy kind's rules: Direct (§5.1), Inherited `patch` (§5.2) or `atomic` (§5.5)."""
 
-    def __init__(self, profile: KindProfile, finder: _Finder, with_losers: bool) -> None:
+    def __init__(
+        self, profile: KindProfile, finder: _Finder, with_losers: bool, memo: derived.EngineMemo
+    ) -> None:
         self.profile = profile
         self.gk = profile.group_kind
         self.finder = finder
         self.with_losers = with_losers
-        self._leaves: dict[tuple[ObjectKey, str], dict[leaves.Path, Any]] = {}
+        self._leaves: dict[tuple[ObjectKey, str], dict[leaves.Path, Any]] = memo.leaves
+        self._boards: dict[Any, ContextResult] = memo.boards
         self._attached: dict[ObjectKey, list[tuple[Policy, str | None]]] = {}
-        self._reaching: dict[Rung, list[Policy]] = {}
 
     def attached(self, key: ObjectKey) -> list[tuple[Policy, str | None]]:
         found = self._attached.get(key)
@@ -266,20 +288,15 @@ class _KindEngine:
             self._attached[key] = found
         return found
 
-    def reaching(self, rung: Rung) -> list[Policy]:
-        found = self._reaching.get(rung)
-        if found is None:
-            found = [p for p, s in self.attached(rung.key) if s == rung.section]
-            self._reaching[rung] = found
-        return found
-
     def run(
         self,
         key: ObjectKey,
         obj: Mapping[str, Any],
         contexts: list[Context],
+        hot: list[tuple[Rung, ...]],
         sections: frozenset[str],
     ) -> KindResult | None:
+        """`hot[i]`: the rungs of `contexts[i]` that hold a policy of any kind."""
         own = self.attached(key)
         targeted = {s for _, s in own if s is not None and s in sections}
         klass = self.profile.policy_class or self._inferred_class(key, contexts)
@@ -291,15 +308,15 @@ class _KindEngine:
             results = [self._direct(ctx[-1], own, ctx) for ctx in direct_contexts]
             refs = {p.ref for p, _ in own}
         else:
-            full = hierarchy.with_sections(contexts, key, targeted)
-            # Only rungs with policies of this kind matter; most rungs of most contexts have none.
-            hot = {r: ps for r in {r for ctx in full for r in ctx} if (ps := self.reaching(r))}
-            levels = [[(rung, hot[rung]) for rung in ctx if rung in hot] for ctx in full]
-            refs = {p.ref for ps in hot.values() for p in ps}
+            if targeted:  # variants ending at a targeted section: their hot rungs differ
+                contexts = hierarchy.with_sections(contexts, key, targeted)
+                hot = [self.finder.hot(ctx) for ctx in contexts]
+            levels = {rungs: self._levels(rungs) for rungs in set(hot)}
+            refs = {p.ref for lv in levels.values() for _, ps in lv for p in ps}
             if not refs:
                 return None
             from_object = self._object_leaves(key, obj)
-            results = self._inherited_all(full, levels, from_object, key.display())
+            results = self._inherited_all(contexts, hot, levels, from_object, key.display())
         return KindResult(self.gk, klass, self.profile.merge, tuple(results), tuple(sorted(refs)))
 
     def _inferred_class(self, key: ObjectKey, contexts: list[Context]) -> PolicyClass:
@@ -368,22 +385,42 @@ class _KindEngine:
                 )
         return board.result(ctx)
 
+    def _levels(self, rungs: tuple[Rung, ...]) -> list[tuple[Rung, list[Policy]]]:
+        """The rungs holding a policy of this kind, with those policies, root first."""
+        found = []
+        for rung in rungs:
+            policies = self.finder.policies_at(rung).get(self.gk)
+            if policies:
+                found.append((rung, policies))
+        return found
+
     def _inherited_all(
         self,
         contexts: list[Context],
-        levels: list[list[tuple[Rung, list[Policy]]]],
+        hot: list[tuple[Rung, ...]],
+        levels: Mapping[tuple[Rung, ...], list[tuple[Rung, list[Policy]]]],
         from_object: Mapping[leaves.Path, Any],
         object_at: str,
     ) -> list[ContextResult]:
         """Contexts that meet the same policies at the same rungs share one computation:
-        a Service behind 10,000 routes of one Gateway has 10,000 contexts and one answer."""
-        memo: dict[tuple[tuple[Rung, tuple[ObjectKey, ...]], ...], ContextResult] = {}
+        a Service behind 10,000 routes of one Gateway has 10,000 contexts and one answer.
+
+        Shared beyond this object too (`derived`): while the state holds, a rung's policies are
+        fixed, so the rungs holding this kind's policies name the board, for every object whose
+        contexts meet them — unless the object's own values take part (SPEC §5.9).
+        """
+        memo: dict[Any, ContextResult] = self._boards if not from_object else {}
+        by_hot: dict[tuple[Rung, ...], ContextResult] = {}
         out = []
-        for ctx, lv in zip(contexts, levels, strict=True):
-            signature = tuple((rung, tuple(p.key for p in ps)) for rung, ps in lv)
-            done = memo.get(signature)
+        for ctx, rungs in zip(contexts, hot, strict=True):
+            done = by_hot.get(rungs)
             if done is None:
-                done = memo[signature] = self._inherited(ctx, lv, from_object, object_at)
+                lv = levels[rungs]
+                signature = (self.gk, self.with_losers, tuple(rung for rung, _ in lv))
+                done = memo.get(signature)
+                if done is None:
+                    done = memo[signature] = self._inherited(ctx, lv, from_object, object_at)
+                by_hot[rungs] = done
             path = self.finder.path_of(ctx)
             out.append(ContextResult(ctx, path, done.effective, done.sources, done.losers))
         return out

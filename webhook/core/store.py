@@ -67,7 +67,8 @@ class Store:
         self._policies: dict[ObjectKey, Policy] = {}
         self._by_target: dict[ObjectKey, dict[ObjectKey, Policy]] = {}
         self._listeners: list[ChangeListener] = []
-        self.revision = 0
+        self.revision = 0  # +1 per write
+        self._changed_at: dict[GroupKind, int] = {}  # kind → revision of its last write
 
     # --- writing (feeders only) -------------------------------------------------------------
 
@@ -95,16 +96,19 @@ class Store:
     def replace_kind(self, gk: GroupKind, objs: Iterable[Mapping[str, Any]]) -> None:
         """Make the objects of one kind exactly `objs` (a relist after `410 Gone`)."""
         fresh = {key: obj for obj in objs if (key := key_of(obj)) is not None}
-        for key in list(self._by_kind.get(gk, {})):
+        current = self._by_kind.get(gk, {})
+        for key in list(current):
             if key not in fresh:
                 self.delete(key)
-        for obj in fresh.values():
-            self.upsert(obj)
+        for key, obj in fresh.items():
+            if current.get(key) != obj:  # an unchanged object is no write: nobody to notify
+                self.upsert(obj)
 
     def _index(
         self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
     ) -> None:
         self.revision += 1
+        self._changed_at[key.group_kind] = self.revision
         if key.group_kind == kinds.CRD:
             self._reindex_crd(key, new)
         self._reindex_policy(key, new)
@@ -156,6 +160,10 @@ class Store:
 
     def keys(self, gk: GroupKind) -> Iterable[ObjectKey]:
         return self._by_kind.get(gk, {}).keys()
+
+    def last_change(self, gks: Iterable[GroupKind]) -> int:
+        """The revision of the last write to an object of one of `gks` (0: never)."""
+        return max((self._changed_at.get(gk, 0) for gk in gks), default=0)
 
     def all_kinds(self) -> Iterator[GroupKind]:
         return iter(self._by_kind)

@@ -1,0 +1,121 @@
+"""Memos shared between computations (`derived`): kept while their inputs hold, dropped when not.
+
+That answers computed on a warm memo equal answers on a fresh store after random changes is
+the cache property's job (test_cache.py); here, which write keeps or drops which memo.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from engine_fixtures import CRDS, gateway, route, store_of
+
+from webhook.core import derived, hierarchy
+from webhook.core.overlay import OverlayView
+from webhook.core.refs import ObjectKey
+from webhook.core.store import Store
+
+STATE = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: apps}
+spec:
+  gatewayClassName: acme
+  listeners: [{name: http, protocol: HTTP, port: 80}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r1, namespace: apps}
+spec: {parentRefs: [{name: gw}]}
+---
+apiVersion: policies.example.com/v1alpha1
+kind: ColorPolicy
+metadata: {name: red, namespace: apps}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  default: {color: red}
+"""
+
+R1 = route("apps", "r1")
+POLICY = ObjectKey("policies.example.com", "ColorPolicy", "apps", "red")
+
+
+def warm() -> tuple[Store, derived.StructureMemo, derived.EngineMemo]:
+    store = store_of(CRDS, STATE)
+    hierarchy.contexts_of(R1, store)
+    structure = derived.structure_memo(store)
+    assert structure is not None and R1 in structure.contexts
+    return store, structure, derived.engine_memo(store)
+
+
+def recolored(store: Store, color: str) -> dict[str, object]:
+    doc = copy.deepcopy(dict(store.get(POLICY) or {}))
+    doc["spec"]["default"] = {"color": color}
+    return doc
+
+
+def test_nothing_written_keeps_both_memos() -> None:
+    store, structure, engine = warm()
+    assert derived.structure_memo(store) is structure
+    assert derived.engine_memo(store) is engine
+
+
+def test_a_policy_write_keeps_contexts_and_drops_engine_results() -> None:
+    store, structure, engine = warm()
+    store.upsert(recolored(store, "blue"))
+    assert derived.structure_memo(store) is structure
+    assert derived.engine_memo(store) is not engine
+
+
+def test_a_hierarchy_write_drops_contexts() -> None:
+    store, structure, _ = warm()
+    gw = copy.deepcopy(dict(store.get(gateway("apps", "gw")) or {}))
+    gw["spec"]["listeners"].append({"name": "two", "protocol": "HTTP", "port": 81})
+    store.upsert(gw)
+    fresh = derived.structure_memo(store)
+    assert fresh is not structure and R1 not in (fresh.contexts if fresh else {})
+    assert len(hierarchy.contexts_of(R1, store)) == 2  # recomputed: both listeners
+
+
+def test_an_overlay_of_a_policy_shares_the_stores_contexts_not_its_engine_memo() -> None:
+    store, structure, engine = warm()
+    overlay = OverlayView(store, upserts=[recolored(store, "blue")])
+    assert derived.structure_memo(overlay) is structure
+    own = derived.engine_memo(overlay)
+    assert own is not engine and derived.engine_memo(overlay) is own
+
+
+def test_an_overlay_of_a_hierarchy_object_computes_contexts_afresh() -> None:
+    store, _, _ = warm()
+    moved = copy.deepcopy(dict(store.get(R1) or {}))
+    moved["spec"]["parentRefs"] = []
+    overlay = OverlayView(store, upserts=[moved])
+    assert derived.structure_memo(overlay) is None
+    assert hierarchy.contexts_of(R1, overlay) == []
+    assert hierarchy.contexts_of(R1, store) != []  # the store's memo is untouched
+
+
+def test_a_full_memo_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    store, structure, _ = warm()
+    monkeypatch.setattr(derived, "MAX_ENTRIES", 0)
+    assert derived.structure_memo(store) is not structure
+
+
+def test_a_relist_of_unchanged_objects_is_no_write() -> None:
+    """Store.replace_kind after a watch's 410: only real differences notify listeners."""
+    store, structure, engine = warm()
+    heard: list[ObjectKey] = []
+    store.subscribe(lambda key, old, new: heard.append(key))
+    routes = [copy.deepcopy(dict(o)) for o in store.objects(R1.group_kind)]
+    revision = store.revision
+    store.replace_kind(R1.group_kind, routes)
+    assert heard == [] and store.revision == revision
+    assert derived.structure_memo(store) is structure and derived.engine_memo(store) is engine
+    routes[0]["spec"]["parentRefs"] = []
+    store.replace_kind(R1.group_kind, routes)
+    assert heard == [R1]

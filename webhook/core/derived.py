@@ -1,0 +1,139 @@
+"""Work that computations on one state of the cluster share, kept until that state changes.
+
+Computing one object's effective policy means finding its contexts, the policies at each rung,
+each policy's leaves, and one board per distinct set of policies met. Objects share almost all
+of that: 10,000 routes of one Gateway have the same rungs above them and meet the same
+policies there. Computed per object it is paid 10,000 times; kept here, once.
+
+Two memos, because their inputs differ:
+- `StructureMemo` — contexts, which read only hierarchy objects (Gateways, routes, Services,
+  GatewayClasses, Namespaces, ReferenceGrants). A policy edit leaves it valid, so a policy's
+  fan-out and impact preview find every context already known.
+- `EngineMemo` — policies attached per key, stanza leaves, and board results per signature.
+  Any write makes it stale.
+
+Validity is checked against the store's revisions on every access, never pushed by listeners,
+so no subscription order can let a reader see a memo of the state before a write. A view that
+is not a `Store` (a test's own) gets a fresh memo per call; an `OverlayView` shares its base's
+structure memo when it overlays no hierarchy object, and keeps an engine memo of its own.
+Pure and synchronous, like the store: one thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from webhook.core import kinds
+from webhook.core.overlay import OverlayView
+from webhook.core.refs import GroupKind, ObjectKey
+from webhook.core.store import ClusterView, Store
+
+# What contexts are made of (hierarchy.py reads nothing else).
+STRUCTURAL_KINDS: frozenset[GroupKind] = frozenset(
+    {
+        kinds.GATEWAY_CLASS,
+        kinds.GATEWAY,
+        kinds.LISTENER_SET,
+        *kinds.ROUTE_KINDS,
+        kinds.SERVICE,
+        kinds.NAMESPACE,
+        kinds.REFERENCE_GRANT,
+    }
+)
+
+# Past this many entries a memo starts over: a bound on memory for clusters far beyond the
+# benchmark's (15,000 annotated objects), paid as recomputation, never as a wrong answer.
+MAX_ENTRIES = 200_000
+
+
+@dataclass(slots=True)
+class StructureMemo:
+    """Contexts per object, and what each parentRef gives a route (see `hierarchy`)."""
+
+    revision: int
+    checked: int = -1  # the store revision at which it was last found valid
+    contexts: dict[ObjectKey, tuple[Any, ...]] = field(default_factory=dict)
+    parents: dict[Any, list[Any]] = field(default_factory=dict)
+    paths: dict[Any, tuple[str, ...]] = field(default_factory=dict)  # context → printed path
+
+    def full(self) -> bool:
+        return len(self.contexts) + len(self.parents) + len(self.paths) > MAX_ENTRIES
+
+
+@dataclass(slots=True)
+class EngineMemo:
+    """Per-state results of the precedence engine (see `effective`) and of `summary`."""
+
+    revision: int
+    attached: dict[ObjectKey, list[Any]] = field(default_factory=dict)
+    by_rung: dict[Any, dict[GroupKind, list[Any]]] = field(default_factory=dict)
+    leaves: dict[Any, Any] = field(default_factory=dict)
+    boards: dict[Any, Any] = field(default_factory=dict)
+    dumps: dict[int, tuple[Any, str]] = field(default_factory=dict)
+
+    def full(self) -> bool:
+        return (
+            len(self.attached) + len(self.by_rung) + len(self.boards) + len(self.dumps)
+            > MAX_ENTRIES
+        )
+
+
+@dataclass(slots=True)
+class _StoreMemos:
+    structure: StructureMemo
+    engine: EngineMemo
+
+
+_BY_STORE: WeakKeyDictionary[Store, _StoreMemos] = WeakKeyDictionary()
+_BY_OVERLAY: WeakKeyDictionary[OverlayView, EngineMemo] = WeakKeyDictionary()
+
+
+def structure_memo(view: ClusterView) -> StructureMemo | None:
+    """The contexts memo valid for `view` now, or None where contexts cannot be shared."""
+    while isinstance(view, OverlayView):
+        if any(key.group_kind in STRUCTURAL_KINDS for key in view.overlaid):
+            return None
+        view = view.base
+    if not isinstance(view, Store):
+        return None
+    memos = _memos(view)
+    memo = memos.structure
+    if memo.checked == view.revision and not memo.full():
+        return memo  # no write since the last look: the common case, made cheap
+    if memo.revision < view.last_change(STRUCTURAL_KINDS) or memo.full():
+        memo = memos.structure = StructureMemo(view.revision)
+    memo.checked = view.revision
+    return memo
+
+
+def engine_memo(view: ClusterView) -> EngineMemo:
+    """The engine memo valid for `view` now; a fresh one where none can be kept."""
+    root = _root_store(view)
+    if root is None:
+        return EngineMemo(-1)
+    if isinstance(view, OverlayView):
+        memo = _BY_OVERLAY.get(view)
+        if memo is None or memo.revision != root.revision or memo.full():
+            memo = _BY_OVERLAY[view] = EngineMemo(root.revision)
+        return memo
+    memos = _memos(root)
+    if memos.engine.revision != root.revision or memos.engine.full():
+        memos.engine = EngineMemo(root.revision)
+    return memos.engine
+
+
+def _memos(store: Store) -> _StoreMemos:
+    memos = _BY_STORE.get(store)
+    if memos is None:
+        memos = _BY_STORE[store] = _StoreMemos(
+            StructureMemo(store.revision), EngineMemo(store.revision)
+        )
+    return memos
+
+
+def _root_store(view: ClusterView) -> Store | None:
+    while isinstance(view, OverlayView):
+        view = view.base
+    return view if isinstance(view, Store) else None
