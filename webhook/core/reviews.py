@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
+import orjson
+
 from webhook.core.findings import MAX_LINE, Verdict, one_line
 from webhook.core.ruletable import RULES_BY_ID
 
@@ -98,13 +100,7 @@ def decode_review(body: bytes) -> Request:
 
     Duplicate keys: the last one wins, as in the API server's own decoder (Go `encoding/json`).
     """
-    try:
-        review = json.loads(body, parse_constant=_not_json)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise MalformedReview(f"body is not JSON: {exc}") from None
-    except RecursionError:
-        # Python's parser recurses once per level; the API server never nests ~1000 deep.
-        raise MalformedReview("body is not JSON we can read: nested too deeply") from None
+    review = _loads(body)
     if not isinstance(review, dict):
         raise MalformedReview("body is not a JSON object")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
@@ -139,6 +135,36 @@ def decode_review(body: bytes) -> Request:
     return request  # type: ignore[return-value]
 
 
+# orjson reads an integer outside [-2**63, 2**64) as a float, json as an exact int; such an
+# integer has at least 19 digits, so a body with a run of 19 digits anywhere goes to json.
+# (`translate` + `in` find one in about a microsecond per kilobyte; a regex takes ten.)
+_LONG_RUN = b"0" * 19
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+
+
+def _loads(body: bytes) -> Any:
+    """`json.loads` of the body, computed by orjson wherever both give the same value.
+
+    orjson is about three times faster on our reviews. Where the two differ, json decides:
+    orjson refuses what json accepts in a few corners (a lone surrogate, a UTF-8 byte order
+    mark, UTF-16 or UTF-32, a number past a double's range, nesting over 1024 levels), and
+    those bodies are read again by json; it reads a huge integer as a float, and bodies that
+    may hold one never reach it. So the value, and every error message, is json's.
+    """
+    if _LONG_RUN not in body.translate(_DIGITS_AS_ZEROS):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # json decides: its value, or its error message
+    try:
+        return json.loads(body, parse_constant=_not_json)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MalformedReview(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        # Python's parser recurses once per level; the API server never nests ~1000 deep.
+        raise MalformedReview("body is not JSON we can read: nested too deeply") from None
+
+
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON (RFC 8259 has no NaN or Infinity)")
 
@@ -160,7 +186,16 @@ def _json_bytes(value: object) -> bytes:
 
     `"\\ud800"` is valid JSON and decodes to a str no codec will encode; escaping it again
     keeps the response well-formed and the echoed uid equal to the one received.
+
+    orjson writes the bytes `json.dumps(value, separators=(",", ":"), ensure_ascii=False)`
+    would, twenty times faster, for what a response holds: dicts with str keys, lists, str,
+    int, bool and None (floats it spells differently; no response carries one). What it
+    refuses — a lone surrogate, an int over 64 bits, a key that is not a str — goes to json.
     """
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        pass
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     try:
         return text.encode()
