@@ -1,9 +1,11 @@
 """Reconciler cases a real API server will not produce on demand, against a tiny fake.
 
 A 409 needs a write that lands between our read and our patch, a 404 an object deleted in that
-window, a 500 a sick server. Here an aiohttp server on 127.0.0.1 answers PATCH requests from a
-script and records them; the store is filled by hand (no informers). What a real server does
-with our patches is tested in tests/e2e/test_reconciler.py.
+window, a 500 a sick server — and a patch that fails for minutes on end (to prove the reconciler
+never gives up on an object) a server that stays sick while the test watches what happens. Here
+an aiohttp server on 127.0.0.1 answers PATCH requests from a script, or with one status for as
+long as told, and records them; the store is filled by hand (no informers). What a real server
+does with our patches is tested in tests/e2e/test_reconciler.py.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -28,7 +31,7 @@ from webhook.core.store import Store
 from webhook.shell.kubeapi import Resource
 from webhook.shell.metrics import Metrics
 from webhook.shell.reconciler import Reconciler, annotation_patch, object_path
-from webhook.shell.workqueue import TokenBucket, WorkQueue
+from webhook.shell.workqueue import ItemBackoff, TokenBucket, WorkQueue
 
 SETTINGS = Settings()
 KEY = SETTINGS.annotation_key
@@ -93,15 +96,17 @@ def color(value: str) -> dict[str, Any]:
 
 @dataclass
 class FakeApiServer:
-    """Answers each PATCH with the next scripted status (200 once the script is used up)."""
+    """Answers each PATCH with `always` while it is set, else with the next scripted status
+    (200 once the script is used up)."""
 
     script: list[int] = field(default_factory=list)
+    always: int | None = None
     patches: list[tuple[str, dict[str, str], str, dict[str, Any]]] = field(default_factory=list)
 
     async def handle(self, request: web.Request) -> web.Response:
         body = json.loads(await request.read())
         self.patches.append((request.path, dict(request.query), request.content_type, body))
-        status = self.script.pop(0) if self.script else 200
+        status = self.always or (self.script.pop(0) if self.script else 200)
         if status >= 300:
             return web.json_response(
                 {"kind": "Status", "status": "Failure", "code": status, "reason": "Fake"},
@@ -145,12 +150,14 @@ Scenario = Callable[[Reconciler, Store, FakeApiServer], Awaitable[None]]
 def run(
     fake: FakeApiServer, scenario: Scenario, store: Store | None = None, **options: Any
 ) -> None:
+    options = {"backoff_base": 0.01, "backoff_cap": 0.05, **options}  # retries in milliseconds
+
     async def main() -> None:
         async with serving(fake) as api:
             state = store or base_store()
             reconciler = Reconciler(
                 api, state, SummaryCache(state, SETTINGS), SETTINGS, Metrics(),
-                resources=RESOURCES.get, backoff_base=0.01, backoff_cap=0.05, **options,
+                resources=RESOURCES.get, **options,
             )  # fmt: skip
             try:
                 await scenario(reconciler, state, fake)
@@ -347,7 +354,9 @@ def test_a_conflict_is_retried_with_the_resource_version_the_watch_brings() -> N
         assert versions == ["1", "5"]
         assert reconciler.errors == 0 and reconciler.patches == 1
 
-    run(fake, scenario, store)
+    # The retry comes after the backoff (0.1-0.2 s here), well after the watch event, as a
+    # version-only change wakes nobody: a retry firing first would conflict again.
+    run(fake, scenario, store, backoff_base=0.2, backoff_cap=0.2)
 
 
 def test_a_404_drops_the_key_without_an_error() -> None:
@@ -365,20 +374,113 @@ def test_a_404_drops_the_key_without_an_error() -> None:
     run(fake, scenario, store)
 
 
-def test_server_errors_are_counted_and_retried_with_backoff_then_given_up() -> None:
-    fake = FakeApiServer(script=[500] * 100)
+def gateway_only() -> Store:
     store = Store()
     for obj in (CRD, gateway(), color("red")):
         store.upsert(obj)
+    return store
+
+
+def records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "webhook.shell.reconciler" and r.levelno == level
+    ]
+
+
+@pytest.mark.parametrize("status", [500, 503, 409])
+def test_a_patch_that_keeps_failing_is_retried_with_backoff_until_it_succeeds(
+    status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Never given up on (the old budget was 8 tries), warned about once, counted."""
+    caplog.set_level(logging.INFO, logger="webhook.shell.reconciler")
+    fake = FakeApiServer(always=status)
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         reconciler.set_leading(True)
-        await until(lambda: reconciler.errors == 4)
+        # 20 tries within `until`'s 5 s only because the backoff is capped (0.01 s · 2ⁿ up to
+        # 0.05 s here; the 20th try of an uncapped one would wait 0.01 · 2¹⁹ s ≈ 1.5 h).
+        await until(lambda: len(fake.patches) >= 20)
+        assert reconciler.failing == 1 and reconciler.retries >= 19
+        errors = 0 if status == 409 else reconciler.retries  # a 409 is not an error
+        assert reconciler.errors == errors
+        assert sample(reconciler, "errors", "Gateway.gateway.networking.k8s.io") == errors
+        assert records(caplog, logging.WARNING) == [
+            "annotation patch failed 4 times in a row; still retrying, every 0.05s at most"
+        ], "one warning per run of failures, not one per retry"
+        fake.always = None  # the server recovers
+        await until(lambda: reconciler.patches == 1)
         assert await reconciler.wait_idle(5)
-        assert len(fake.patches) == 4
-        assert sample(reconciler, "errors", "Gateway.gateway.networking.k8s.io") == 4
+        assert reconciler.failing == 0
+        assert (
+            records(caplog, logging.INFO)[-1] == "annotation of a failing object settled: patched"
+        )
 
-    run(fake, scenario, store, max_attempts=4)
+    run(fake, scenario, gateway_only(), warn_after=4)
+
+
+def right_annotation_set_by_someone_else(reconciler: Reconciler, store: Store) -> None:
+    store.upsert(gateway("2", {KEY: reconciler.cache.get(GW) or ""}))
+
+
+def policy_gone_and_no_annotation_to_remove(reconciler: Reconciler, store: Store) -> None:
+    store.delete(ObjectKey(GROUP, "ColorPolicy", "infra", "c"))
+
+
+def object_deleted(reconciler: Reconciler, store: Store) -> None:
+    store.delete(GW)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [right_annotation_set_by_someone_else, policy_gone_and_no_annotation_to_remove, object_deleted],
+)
+def test_a_failing_object_with_nothing_left_to_patch_is_retried_no_more(
+    change: Callable[[Reconciler, Store], None],
+) -> None:
+    fake = FakeApiServer(always=500)
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: reconciler.errors >= 3)
+        change(reconciler, store)
+        assert await reconciler.wait_idle(5), "no retry left scheduled"
+        tried = len(fake.patches)
+        await asyncio.sleep(0.3)  # 6 times the backoff cap
+        assert len(fake.patches) == tried
+        assert reconciler.failing == 0
+
+    run(fake, scenario, gateway_only())
+
+
+def test_the_backoff_doubles_per_failure_up_to_its_cap_and_starts_afresh_when_forgotten() -> None:
+    backoff = ItemBackoff(0.2, 30.0, jitter=0.0)
+    assert [backoff.when(GW) for _ in range(10)] == [0.2 * 2**n for n in range(8)] + [30.0] * 2
+    assert backoff.failures(GW) == 10 and len(backoff) == 1
+    assert backoff.when(ROUTE) == 0.2, "each key has its own count"
+    assert backoff.forget(GW) == 10
+    assert backoff.when(GW) == 0.2 and len(backoff) == 2
+    jittered = ItemBackoff(1.0, 1.0, jitter=0.5)
+    assert all(0.5 <= jittered.when(GW) <= 1.0 for _ in range(100))
+
+
+def test_a_retry_scheduled_twice_keeps_the_earliest_and_can_be_cancelled() -> None:
+    async def main() -> None:
+        queue = WorkQueue()
+        queue.add_after(GW, 10.0)
+        queue.add_after(GW, 0.01)  # earlier: replaces the first
+        queue.add_after(GW, 5.0)  # later: ignored
+        async with asyncio.timeout(1):
+            assert await queue.get() == GW
+        queue.done(GW)
+        queue.add_after(ROUTE, 0.01)
+        queue.cancel_later(ROUTE)
+        assert queue.idle
+        await asyncio.sleep(0.05)
+        assert len(queue) == 0
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("value", [None, "a stale value"])

@@ -85,7 +85,11 @@ async def running(
             log.info(
                 "reconciler stopped",
                 extra=fields(
-                    patches=reconciler.patches, skips=reconciler.skips, errors=reconciler.errors
+                    patches=reconciler.patches,
+                    skips=reconciler.skips,
+                    errors=reconciler.errors,
+                    retries=reconciler.retries,
+                    failing=reconciler.failing,
                 ),
             )
         if elector is not None:

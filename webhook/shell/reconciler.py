@@ -10,13 +10,18 @@ label and field is left as the server has it, whoever wrote them and whenever. I
 `resourceVersion` the value was computed from, so a patch based on an object we have not yet
 seen change is refused (409) instead of applied; the worker then waits for the informer to
 catch up and computes again. `fieldManager` names us in `managedFields`.
+
+A failed patch (409, 5xx, a timeout, an unreachable server) is tried again after a per-object
+exponential backoff capped at `backoff_cap` — for as long as it fails, as controller-runtime
+does: an object given up on would keep a wrong annotation until the next full resync. Only
+success, the object's deletion, or its annotation turning right (nothing left to send) end
+the retries. Past `warn_after` failures in a row the object is logged once as a WARNING.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,7 +36,7 @@ from webhook.core.store import Store
 from webhook.shell import kubeapi
 from webhook.shell.logs import fields
 from webhook.shell.metrics import Metrics
-from webhook.shell.workqueue import TokenBucket, WorkQueue
+from webhook.shell.workqueue import ItemBackoff, TokenBucket, WorkQueue
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +85,9 @@ class Reconciler:
     sync: reconciling a half-listed cluster would strip annotations that are right), then
     queues every annotated object once (`resync_all`) and follows the store's changes; a full
     resync every `resync_period` seconds is the safety net. `set_leading(False)` stops at once.
+
+    `patches`, `skips`, `errors` (failed patches) and `retries` (tries scheduled after a
+    failure, 409s included) count since start; `failing` is how many objects wait for a retry.
     """
 
     def __init__(
@@ -97,7 +105,7 @@ class Reconciler:
         burst: int = 40,
         workers: int = 4,
         resync_period: float = 600.0,
-        max_attempts: int = 8,
+        warn_after: int = 8,
         backoff_base: float = 0.2,
         backoff_cap: float = 30.0,
         request_timeout: float = 10.0,
@@ -109,17 +117,22 @@ class Reconciler:
         self.field_manager = field_manager
         self.workers = workers
         self.resync_period = resync_period
-        self.max_attempts = max_attempts
-        self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
+        # The 8th failure in a row comes after 13-25 s of backoff: a blip is never warned about.
+        self.warn_after = warn_after
         self.request_timeout = request_timeout
         self.queue = WorkQueue()
         self.limiter = TokenBucket(qps, burst)
-        self._attempts: dict[ObjectKey, int] = {}
+        self.backoff = ItemBackoff(backoff_base, backoff_cap)
         # Patches sent whose watch event has not arrived yet: key → (resourceVersion, value).
         self._sent: dict[ObjectKey, tuple[str | None, str | None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._ending: asyncio.Task[None] | None = None  # the last term, cancelled, cleaning up
-        self.patches = self.skips = self.errors = 0  # also in metrics; plain ints for tests
+        self.patches = self.skips = self.errors = self.retries = 0  # plain ints for tests, logs
+
+    @property
+    def failing(self) -> int:
+        """Objects whose last patch failed and that wait for their next try."""
+        return len(self.backoff)
 
     # --- leadership ----------------------------------------------------------------------------
 
@@ -142,7 +155,8 @@ class Reconciler:
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """True once nothing is queued, in flight or scheduled for retry (tests, benchmarks);
-        only meaningful once work was queued (leading, synced)."""
+        only meaningful once work was queued (leading, synced). An object that keeps failing
+        is never done: this then times out."""
         try:
             async with asyncio.timeout(timeout):
                 while not self.queue.idle:
@@ -176,7 +190,7 @@ class Reconciler:
             await asyncio.gather(*workers, return_exceptions=True)
             self.queue.clear()
             self._sent.clear()
-            self._attempts.clear()
+            self.backoff.clear()
 
     # --- what to do ----------------------------------------------------------------------------
 
@@ -187,7 +201,12 @@ class Reconciler:
             for key in list(self.store.keys(gk)):
                 self.queue.add(key)
                 queued += 1
-        logger.info("reconciler resync: %d objects queued", queued, extra=fields(queued=queued))
+        logger.info(
+            "reconciler resync: %d objects queued, %d failing",
+            queued,
+            self.failing,
+            extra=fields(queued=queued, failing=self.failing),
+        )
         return queued
 
     def _on_change(
@@ -199,7 +218,10 @@ class Reconciler:
     ) -> None:
         for member in affected:
             self.queue.add(member)
-        if key.group_kind not in kinds.ANNOTATED_KINDS or new is None:
+        if key.group_kind not in kinds.ANNOTATED_KINDS:
+            return
+        if new is None:
+            self._forget(key)  # deleted: no retry, nothing to remember
             return
         value = current_annotation(new, self.annotation_key)
         sent = self._sent.get(key)
@@ -215,9 +237,9 @@ class Reconciler:
             key = await self.queue.get()
             try:
                 await self._reconcile(key)
-            except Exception:  # a bug of ours must not kill the worker
+            except Exception as exc:  # a bug of ours must not kill the worker
                 logger.exception("reconcile failed", extra=fields(object=str(key)))
-                self._retry(key, error=True)
+                self._retry(key, "bug", exc)
             finally:
                 self.queue.done(key)
             # `Queue.get` does not suspend while items wait, and a skip never awaits: without
@@ -244,6 +266,7 @@ class Reconciler:
         resource = self.resources(key.group_kind) if needed else None
         if needed and resource is None:
             logger.debug("no served resource", extra=fields(object=str(key)))
+            self._succeeded(key, "its kind is no longer served")
             return
         if resource is not None:
             await self.limiter.acquire()  # only patches spend tokens; skips are free
@@ -251,7 +274,9 @@ class Reconciler:
             if needed:
                 await self._send(resource, key, wanted, version)
                 return
-        self._attempts.pop(key, None)
+        # Deleted meanwhile, or the annotation is right now (someone else set it, or the
+        # policies moved back): whatever failed before has nothing left to retry.
+        self._succeeded(key, "nothing to patch any more")
         self.skips += 1
         self.metrics.reconcile_skips.labels(kind=str(key.group_kind)).inc()
 
@@ -263,17 +288,17 @@ class Reconciler:
             await self._patch(resource, key, wanted, version)
         except kubeapi.ApiError as exc:
             if exc.status == 404:
-                return  # gone; its DELETED event is on its way
-            if exc.status == 409:
-                logger.debug("conflict; retrying", extra=fields(object=str(key)))
-                self._retry(key, error=False)
+                self._succeeded(key, "deleted")  # its DELETED event is on its way
+                return
+            if exc.status == 409:  # the watch brings the version to compute from
+                self._retry(key, "conflict", exc)
                 return
             self._failed(key, exc)
             return
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             self._failed(key, exc)
             return
-        self._attempts.pop(key, None)
+        self._succeeded(key, "patched")
         self._sent[key] = (version, wanted)
         self.patches += 1
         self.metrics.reconcile_patches.labels(kind=str(key.group_kind)).inc()
@@ -286,22 +311,39 @@ class Reconciler:
     def _failed(self, key: ObjectKey, exc: Exception) -> None:
         self.errors += 1
         self.metrics.reconcile_errors.labels(kind=str(key.group_kind)).inc()
-        logger.warning("annotation patch failed", extra=fields(object=str(key), error=repr(exc)))
-        self._retry(key, error=True)
+        self._retry(key, "error", exc)
 
-    def _retry(self, key: ObjectKey, *, error: bool) -> None:
-        attempt = self._attempts.get(key, 0) + 1
-        if attempt >= self.max_attempts:
-            # The next change or the periodic resync tries again; a hot loop helps nobody.
+    def _retry(self, key: ObjectKey, cause: str, exc: Exception) -> None:
+        """Try `key` again after its backoff; never give up (see the module docstring)."""
+        delay = self.backoff.when(key)
+        failures = self.backoff.failures(key)
+        self.retries += 1
+        self.queue.add_after(key, delay)
+        about = fields(object=str(key), attempts=failures, cause=cause, error=repr(exc))
+        if failures == self.warn_after:  # once per run of failures, not at every retry
             logger.warning(
-                "giving up until the next resync",
-                extra=fields(object=str(key), attempts=attempt, cause="error" if error else "409"),
+                "annotation patch failed %d times in a row; still retrying, every %gs at most",
+                failures,
+                self.backoff.cap,
+                extra=about,
             )
-            self._attempts.pop(key, None)
-            return
-        self._attempts[key] = attempt
-        delay = min(self.backoff_cap, self.backoff_base * 2 ** min(attempt, 20))
-        self.queue.add_after(key, delay * random.uniform(0.5, 1.0))
+        else:
+            logger.debug("annotation patch failed; retrying in %.2fs", delay, extra=about)
+
+    def _succeeded(self, key: ObjectKey, outcome: str) -> None:
+        """`key` needs no retry (any more); say so if it had been reported as failing."""
+        self.queue.cancel_later(key)
+        if self.backoff.forget(key) >= self.warn_after:
+            logger.info(
+                "annotation of a failing object settled: %s",
+                outcome,
+                extra=fields(object=str(key), outcome=outcome),
+            )
+
+    def _forget(self, key: ObjectKey) -> None:
+        """A deleted object: drop its scheduled retry and what we remember of it."""
+        self._succeeded(key, "deleted")
+        self._sent.pop(key, None)
 
     async def _patch(
         self, resource: kubeapi.Resource, key: ObjectKey, value: str | None, version: str | None

@@ -1,14 +1,16 @@
-"""A de-duplicating work queue and a token bucket: the reconciler's flow control.
+"""A de-duplicating work queue, per-key backoff and a token bucket: the reconciler's flow control.
 
 The same semantics as client-go's `workqueue` and `flowcontrol` packages, for one event loop:
 a key is queued at most once however often it changes, a key that changes while a worker holds
-it runs again afterwards, retries wait out a delay, and writes to the API server are spread to
-a steady rate with a bounded burst. Knows nothing of Kubernetes objects beyond their keys.
+it runs again afterwards, a key that keeps failing waits longer each time (capped, never
+dropped), and writes to the API server are spread to a steady rate with a bounded burst. Knows
+nothing of Kubernetes objects beyond their keys.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable
 
@@ -37,10 +39,19 @@ class WorkQueue:
 
     def add_after(self, key: ObjectKey, delay: float) -> None:
         """Add once `delay` seconds have passed (retries with backoff); the earliest wins."""
-        if key in self._later:
-            return
         loop = asyncio.get_running_loop()
+        scheduled = self._later.get(key)
+        if scheduled is not None:
+            if scheduled.when() <= loop.time() + delay:
+                return
+            scheduled.cancel()
         self._later[key] = loop.call_later(delay, self._due, key)
+
+    def cancel_later(self, key: ObjectKey) -> None:
+        """Drop what `add_after` scheduled for `key` (its work is no longer needed)."""
+        scheduled = self._later.pop(key, None)
+        if scheduled is not None:
+            scheduled.cancel()
 
     def _due(self, key: ObjectKey) -> None:
         self._later.pop(key, None)
@@ -72,6 +83,47 @@ class WorkQueue:
 
     def __len__(self) -> int:
         return len(self._dirty)
+
+
+class ItemBackoff:
+    """Per-key exponential backoff, capped: client-go's `ItemExponentialFailureRateLimiter`.
+
+    Each failure of a key doubles the delay before its next try, from `base` up to `cap`, for
+    as long as it keeps failing: a key given up on would stay wrong until something else
+    queues it. `forget` (it worked, or there is nothing left to do) starts the key afresh. A
+    delay d is drawn from [(1 - jitter) d, d], so keys that failed together (an API outage)
+    do not all come back in the same instant.
+    """
+
+    def __init__(self, base: float, cap: float, *, jitter: float = 0.5) -> None:
+        if not 0 < base <= cap or not 0 <= jitter < 1:
+            raise ValueError(
+                f"need 0 < base <= cap and 0 <= jitter < 1, got {base}, {cap}, {jitter}"
+            )
+        self.base, self.cap, self.jitter = base, cap, jitter
+        self._failures: dict[ObjectKey, int] = {}
+
+    def when(self, key: ObjectKey) -> float:
+        """Count one more failure of `key`; the seconds to wait before trying it again."""
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        delay = min(self.cap, self.base * 2.0 ** min(failures, 30))  # 2^30 · base > any cap
+        return delay * random.uniform(1 - self.jitter, 1.0)
+
+    def failures(self, key: ObjectKey) -> int:
+        """Failures of `key` since it was last forgotten."""
+        return self._failures.get(key, 0)
+
+    def forget(self, key: ObjectKey) -> int:
+        """Start `key` afresh; returns the failures it had."""
+        return self._failures.pop(key, 0)
+
+    def clear(self) -> None:
+        self._failures.clear()
+
+    def __len__(self) -> int:
+        """Keys failing now: their last try failed and they wait for the next."""
+        return len(self._failures)
 
 
 class TokenBucket:
