@@ -202,6 +202,8 @@ def test_any_bytes_decode_to_what_json_reads_or_to_its_error(body: bytes) -> Non
         b"[Infinity]",
         b"[-Infinity]",
         b'"\xff"',  # not UTF-8
+        b'{"a":' * 300 + b"1" + b"}" * 300,  # deep, and both read it
+        b"[" * 1010 + b"]" * 1010,  # deeper than json reads: orjson would read it
         b"[" * 1100 + b"]" * 1100,  # deeper than orjson reads
         b"[" * 100_000,  # deeper than json reads: malformed, not a crash
         b'{"a":1} x',
