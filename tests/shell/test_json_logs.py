@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import logging
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +91,34 @@ def test_setup_logging_text_is_for_people(root_logger):
     logging.getLogger("webhook.x").debug("not shown")
     (line,) = out.getvalue().splitlines()
     assert line.endswith('INFO webhook.x: listening port=8443 host="::"')
+
+
+def json_line(record: logging.LogRecord, values: dict[str, object]) -> str:
+    """The line the formatter wrote before it used orjson, written here with json."""
+    entry = {
+        "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+            timespec="milliseconds"
+        ),
+        "level": record.levelname,
+        "logger": record.name,
+        "msg": record.getMessage(),
+        **values,
+    }
+    return json.dumps(entry, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"uid": "u-1", "rules": ["PA-S01", "PA-C04"], "latency_ms": 0.123, "dry_run": False},
+        {"name": "café — 東京 😀", "namespace": "".join(map(chr, range(0x20))) + "\x7f\u2028"},
+        {"uid": "lone \ud800 surrogate", "n": 1},  # orjson refuses: json writes it, escaped
+        {"review": {"object": {"spec": {"big": 2**64, "keys": {1: "one"}}}}},  # orjson refuses
+        {"where": object.__new__(object), "path": Path("/x"), "nothing": None, "drain_s": 15.0},
+        {"at": datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)},  # str(), as json
+    ],
+    ids=["decision", "non-ascii", "lone-surrogate", "huge-int", "not-json", "datetime"],
+)
+def test_a_line_is_the_one_json_wrote(values: dict[str, object]) -> None:
+    made = record("admission %s", "allowed", **fields(**values))
+    assert JsonFormatter().format(made) == json_line(made, values)
