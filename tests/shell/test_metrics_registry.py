@@ -59,3 +59,19 @@ def test_every_metric_name_has_the_project_prefix():
     names = {family.name for family in text_string_to_metric_families(Metrics().render().decode())}
     assert names
     assert all(name.startswith("policy_webhook_") for name in names)
+
+
+def test_repeated_answers_add_up_on_one_series_per_label_set():
+    metrics = Metrics()
+    for verdict in ("allowed", "denied", "allowed"):
+        metrics.observe_admission(
+            endpoint="validate", verdict=verdict, seconds=0.001, findings=[("PA-C04", "warn")]
+        )
+    got = samples(metrics)
+    requests = "policy_webhook_admission_requests_total"
+    assert got[(requests, (("endpoint", "validate"), ("verdict", "allowed")))] == 2
+    assert got[(requests, (("endpoint", "validate"), ("verdict", "denied")))] == 1
+    findings = "policy_webhook_rule_findings_total"
+    assert got[(findings, (("action", "warn"), ("rule", "PA-C04")))] == 3
+    count = "policy_webhook_admission_duration_seconds_count"
+    assert got[(count, (("endpoint", "validate"),))] == 3

@@ -8,6 +8,7 @@ are here so the informers, cache, reconciler and leader election have one place 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -122,6 +123,11 @@ class Metrics:
             registry=r,
         )
 
+        # The labelled children of the admission metrics, by label values: `labels()` takes a
+        # lock and checks its arguments on every call, several times per admission call, for
+        # label sets that are few and never removed.
+        self._children: dict[tuple[object, ...], Any] = {}
+
     def observe_admission(
         self,
         *,
@@ -131,11 +137,19 @@ class Metrics:
         findings: Iterable[tuple[str, str]] = (),
     ) -> None:
         """One answered review; `findings` are (rule ID, action) pairs, `off` ones left out."""
-        self.admission_requests.labels(endpoint=endpoint, verdict=verdict).inc()
-        self.admission_latency.labels(endpoint=endpoint).observe(seconds)
+        self._child(self.admission_requests, endpoint, verdict).inc()
+        self._child(self.admission_latency, endpoint).observe(seconds)
         for rule_id, action in findings:
             if action != "off":
-                self.rule_findings.labels(rule=rule_id, action=action).inc()
+                self._child(self.rule_findings, rule_id, action).inc()
+
+    def _child(self, metric: Counter | Histogram, *values: str) -> Any:
+        """`metric.labels(*values)`, looked up once per label set."""
+        key = (metric, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
