@@ -57,9 +57,13 @@ class StructureMemo:
     contexts: dict[ObjectKey, tuple[Any, ...]] = field(default_factory=dict)
     parents: dict[Any, list[Any]] = field(default_factory=dict)
     paths: dict[Any, tuple[str, ...]] = field(default_factory=dict)  # context → printed path
+    backends: dict[ObjectKey, list[Any]] = field(default_factory=dict)  # route → backendRefs
 
     def full(self) -> bool:
-        return len(self.contexts) + len(self.parents) + len(self.paths) > MAX_ENTRIES
+        return (
+            len(self.contexts) + len(self.parents) + len(self.paths) + len(self.backends)
+            > MAX_ENTRIES
+        )
 
 
 @dataclass(slots=True)
@@ -71,7 +75,7 @@ class EngineMemo:
     by_rung: dict[Any, dict[GroupKind, list[Any]]] = field(default_factory=dict)
     leaves: dict[Any, Any] = field(default_factory=dict)
     boards: dict[Any, Any] = field(default_factory=dict)
-    dumps: dict[int, tuple[Any, str]] = field(default_factory=dict)
+    dumps: dict[tuple[int, int], Any] = field(default_factory=dict)  # see summary.Dumped
 
     def full(self) -> bool:
         return (

@@ -399,15 +399,16 @@ def _service_contexts(
         if isinstance(number, int) and isinstance(name, str) and name:
             ports.setdefault(number, name)
     out: list[Context] = []
+    memo = derived.structure_memo(view)
+    backends = memo.backends if memo is not None else {}
     for route in sorted(index_for(view).routes_of_backend(key)):
-        route_obj = view.get(route)
-        if route_obj is None:
-            continue
-        refs = [
-            b
-            for b in backend_refs(route, route_obj)
-            if b.key == key and backend_allowed(route, b, view)
-        ]
+        found = backends.get(route)
+        if found is None:
+            route_obj = view.get(route)
+            if route_obj is None:
+                continue
+            found = backends[route] = backend_refs(route, route_obj)
+        refs = [b for b in found if b.key == key and backend_allowed(route, b, view)]
         if not refs:
             continue
         for ctx in route_contexts(route, view, parents):

@@ -15,7 +15,8 @@ from typing import Any
 
 import orjson
 
-from webhook.core import effective
+from webhook.core import derived, effective
+from webhook.core.overlay import OverlayView
 from webhook.core.refs import ObjectKey
 from webhook.core.settings import Settings
 from webhook.core.store import ClusterView
@@ -31,47 +32,79 @@ def summarize(
     incoming: Mapping[str, Any] | None = None,
 ) -> str | None:
     """The annotation value for one object, or None when no policy reaches it."""
-    results = effective.compute(key, view, incoming=incoming, with_losers=False)
-    return render(results, max_bytes=settings.annotation_max_bytes)
+    if incoming is not None:
+        view = OverlayView(view, upserts=[incoming])
+    results = effective.compute(key, view, with_losers=False)
+    memo = derived.engine_memo(view).dumps
+    return render(results, max_bytes=settings.annotation_max_bytes, memo=memo)
 
 
-def render(results: Sequence[effective.KindResult], *, max_bytes: int) -> str | None:
+# A shared board's JSON, kept for as long as the engine keeps the board (`derived`): the
+# effective value and sources it was made from (held, so that their ids stay theirs), the
+# sources as JSON-ready data, the group's key, and the effective value's own dump.
+Dumped = tuple[Mapping[str, Any], Mapping[str, Any], dict[str, Any], str, str]
+
+
+def render(
+    results: Sequence[effective.KindResult],
+    *,
+    max_bytes: int,
+    memo: dict[tuple[int, int], Dumped] | None = None,
+) -> str | None:
     if not results:
         return None
-    value = summary_value(results)
+    value = summary_value(results, memo if memo is not None else {})
     text = dump(value)
     if _size(text) <= max_bytes:
         return text
     return dump(_truncated(value, max_bytes))
 
 
-def summary_value(results: Sequence[effective.KindResult]) -> dict[str, Any]:
+def summary_value(
+    results: Sequence[effective.KindResult], memo: dict[tuple[int, int], Dumped] | None = None
+) -> dict[str, Any]:
     """The whole, untruncated v1 value as plain JSON-ready data."""
+    memo = memo if memo is not None else {}
     return {
         "version": VERSION,
-        "policies": {str(r.group_kind): _kind_entry(r) for r in results},
+        "policies": {str(r.group_kind): _kind_entry(r, memo) for r in results},
         "truncated": False,
     }
 
 
-def _kind_entry(result: effective.KindResult) -> dict[str, Any]:
-    groups: dict[str, tuple[dict[str, Any], set[tuple[str, ...]]]] = {}
-    # Contexts with the same policies along them share one result object: dump each once.
-    seen: dict[tuple[int, int], str] = {}
-    for ctx in result.contexts:
-        identity = (id(ctx.effective), id(ctx.sources))
-        group_key = seen.get(identity)
-        if group_key is None:
-            sources = {ptr: src.as_json() for ptr, src in ctx.sources.items()}
-            group_key = dump([ctx.effective, sources])  # contexts alike in both are one entry
-            seen[identity] = group_key
-            if group_key not in groups:
-                groups[group_key] = ({"effective": ctx.effective, "sources": sources}, set())
-        groups[group_key][1].add(ctx.path)
-    contexts = [
-        {**entry, "paths": [list(p) for p in sorted(paths)]} for entry, paths in groups.values()
-    ]
-    contexts.sort(key=lambda e: (e["paths"], dump(e["effective"])))
+def _kind_entry(
+    result: effective.KindResult, memo: dict[tuple[int, int], Dumped]
+) -> dict[str, Any]:
+    # Contexts with the same policies along them share one result object (within an object
+    # and, through `derived`, across objects): dump each once.
+    groups: dict[str, tuple[dict[str, Any], set[tuple[str, ...]], str]] = {}
+    for found in result.groups:
+        identity = (id(found.effective), id(found.sources))
+        done = memo.get(identity)
+        if done is None:
+            sources = {ptr: src.as_json() for ptr, src in found.sources.items()}
+            group_key = dump([found.effective, sources])  # alike in both: one entry
+            done = memo[identity] = (
+                found.effective,
+                found.sources,
+                sources,
+                group_key,
+                dump(found.effective),
+            )
+        _, _, sources, group_key, effective_dump = done
+        group = groups.get(group_key)
+        if group is None:
+            group = groups[group_key] = (
+                {"effective": found.effective, "sources": sources},
+                set(),
+                effective_dump,
+            )
+        group[1].update(result.all_paths[i] for i in found.indices)
+    ordered = sorted(  # the group key last: unique, so that entries are never compared
+        ([list(p) for p in sorted(paths)], effective_dump, group_key, entry)
+        for group_key, (entry, paths, effective_dump) in groups.items()
+    )
+    contexts = [{**entry, "paths": paths} for paths, _, _, entry in ordered]
     return {"contexts": contexts, "policies": list(result.policies)}
 
 
