@@ -270,6 +270,10 @@ async def _read_body(request: web.Request, timeout: float) -> bytes:
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise _BodyTooLarge  # refused before reading a byte of it
     try:
+        if request.content.is_eof():
+            # All of it has arrived (the API server sends the body with the headers): reading
+            # cannot wait, so no timer is armed and cancelled for it on every call.
+            return await request.read()
         async with asyncio.timeout(timeout):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:  # chunked, no length: counted while reading
