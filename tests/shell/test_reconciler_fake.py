@@ -394,7 +394,7 @@ def test_a_patch_that_keeps_failing_is_retried_with_backoff_until_it_succeeds(
     status: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Never given up on (the old budget was 8 tries), warned about once, counted."""
-    caplog.set_level(logging.INFO, logger="webhook.shell.reconciler")
+    caplog.set_level(logging.DEBUG, logger="webhook.shell.reconciler")
     fake = FakeApiServer(always=status)
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
@@ -409,6 +409,8 @@ def test_a_patch_that_keeps_failing_is_retried_with_backoff_until_it_succeeds(
         assert records(caplog, logging.WARNING) == [
             "annotation patch failed 4 times in a row; still retrying, every 0.05s at most"
         ], "one warning per run of failures, not one per retry"
+        said = "conflict" if status == 409 else "annotation patch failed"
+        assert records(caplog, logging.DEBUG)[0].startswith(f"{said}; retrying in ")
         fake.always = None  # the server recovers
         await until(lambda: reconciler.patches == 1)
         assert await reconciler.wait_idle(5)

@@ -328,7 +328,8 @@ class Reconciler:
                 extra=about,
             )
         else:
-            logger.debug("annotation patch failed; retrying in %.2fs", delay, extra=about)
+            what = "conflict" if cause == "conflict" else "annotation patch failed"
+            logger.debug("%s; retrying in %.2fs", what, delay, extra=about)
 
     def _succeeded(self, key: ObjectKey, outcome: str) -> None:
         """`key` needs no retry (any more); say so if it had been reported as failing."""
