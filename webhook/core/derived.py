@@ -58,10 +58,20 @@ class StructureMemo:
     parents: dict[Any, list[Any]] = field(default_factory=dict)
     paths: dict[Any, tuple[str, ...]] = field(default_factory=dict)  # context → printed path
     backends: dict[ObjectKey, list[Any]] = field(default_factory=dict)  # route → backendRefs
+    reach: dict[Any, frozenset[ObjectKey]] = field(default_factory=dict)  # see affected_by
+    reached: int = 0  # keys held in `reach`, all entries together
+
+    def remember_reach(self, memo_key: Any, found: frozenset[ObjectKey]) -> None:
+        self.reach[memo_key] = found
+        self.reached += len(found)
 
     def full(self) -> bool:
         return (
-            len(self.contexts) + len(self.parents) + len(self.paths) + len(self.backends)
+            len(self.contexts)
+            + len(self.parents)
+            + len(self.paths)
+            + len(self.backends)
+            + self.reached
             > MAX_ENTRIES
         )
 

@@ -273,6 +273,17 @@ def _contexts(key: ObjectKey, view: ClusterView, parents: ParentMemo) -> tuple[C
     return tuple(sort_contexts(found))
 
 
+def route_backends(route: ObjectKey, obj: Mapping[str, Any], view: ClusterView) -> list[BackendRef]:
+    """`backend_refs` of a route, from the structure memo when the view has one."""
+    memo = derived.structure_memo(view)
+    if memo is None:
+        return backend_refs(route, obj)
+    found = memo.backends.get(route)
+    if found is None:
+        found = memo.backends[route] = backend_refs(route, obj)
+    return found
+
+
 def route_contexts(route: ObjectKey, view: ClusterView, parents: ParentMemo) -> list[Context]:
     """A route's own contexts, from the structure memo when the view has one."""
     memo = derived.structure_memo(view)
@@ -399,15 +410,11 @@ def _service_contexts(
         if isinstance(number, int) and isinstance(name, str) and name:
             ports.setdefault(number, name)
     out: list[Context] = []
-    memo = derived.structure_memo(view)
-    backends = memo.backends if memo is not None else {}
     for route in sorted(index_for(view).routes_of_backend(key)):
-        found = backends.get(route)
-        if found is None:
-            route_obj = view.get(route)
-            if route_obj is None:
-                continue
-            found = backends[route] = backend_refs(route, route_obj)
+        route_obj = view.get(route)
+        if route_obj is None:
+            continue
+        found = route_backends(route, route_obj, view)
         refs = [b for b in found if b.key == key and backend_allowed(route, b, view)]
         if not refs:
             continue
@@ -561,6 +568,21 @@ def affected_by(
     right for hierarchy changes: a Namespace's labels or ReferenceGrants → `Namespace/<ns>`;
     a changed route or Gateway → the union over the views before and after the change.
     """
+    structure = derived.structure_memo(view)
+    if structure is None:
+        return _affected_by(target, section, view, inherited)
+    # Who lies below a rung is structure only: kept until a hierarchy object changes, so a
+    # wide policy's impact preview and fan-out walk the tree once, not on every review.
+    found = structure.reach.get((target, section, inherited))
+    if found is None:
+        found = frozenset(_affected_by(target, section, view, inherited))
+        structure.remember_reach((target, section, inherited), found)
+    return set(found)
+
+
+def _affected_by(
+    target: ObjectKey, section: str | None, view: ClusterView, inherited: bool
+) -> set[ObjectKey]:
     index = index_for(view)
     out: set[ObjectKey] = set()
     if target.group_kind in kinds.ANNOTATED_KINDS and view.get(target) is not None:
@@ -587,6 +609,11 @@ class _Memo:
 
     routes: dict[ObjectKey, list[Context]] = field(default_factory=dict)
     parents: ParentMemo = field(default_factory=dict)
+
+    def backends(
+        self, route: ObjectKey, obj: Mapping[str, Any], view: ClusterView
+    ) -> list[BackendRef]:
+        return route_backends(route, obj, view)
 
 
 def _children(
@@ -616,7 +643,7 @@ def _children(
         obj = view.get(key)
         if obj is None or not contexts_of_route(key):
             return
-        for backend in backend_refs(key, obj):
+        for backend in memo.backends(key, obj, view):
             if rung.section is not None and backend.rule != rung.section:
                 continue
             if view.get(backend.key) is not None and backend_allowed(key, backend, view):

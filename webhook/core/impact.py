@@ -12,6 +12,7 @@ shape and target rules let through. Every finding is one line; lists are bounded
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,7 +48,7 @@ def policy_findings(
     after = OverlayView(before, upserts=[obj])
     old_policy = read_policy(old, view.profile(gk)) if old is not None else None
     affected = _reach(policy, after) | (_reach(old_policy, before) if old_policy else set())
-    sample = sorted(affected, key=_ladder_order)[: settings.max_impact_objects]
+    sample = heapq.nsmallest(settings.max_impact_objects, affected, key=_ladder_order)
     results_after = {key: _kind_result(key, after, gk) for key in sample}
     findings = list(_conflicts(policy, after))
     if policy.policy_class == "Inherited":

@@ -50,6 +50,7 @@ class OverlayView:
             ):
                 policy = read_policy(obj, base.profile(key.group_kind))
             self._policies[key] = policy
+        self._overlaid = frozenset(self._objects)
 
     def changes(self) -> dict[ObjectKey, Change]:
         """Each overlaid key with the base's object and the overlay's (None: absent)."""
@@ -57,7 +58,7 @@ class OverlayView:
 
     @property
     def overlaid(self) -> frozenset[ObjectKey]:
-        return frozenset(self._objects)
+        return self._overlaid
 
     # --- ClusterView --------------------------------------------------------------------------
 
