@@ -119,3 +119,16 @@ def test_a_relist_of_unchanged_objects_is_no_write() -> None:
     routes[0]["spec"]["parentRefs"] = []
     store.replace_kind(R1.group_kind, routes)
     assert heard == [R1]
+
+
+def test_reach_below_a_target_is_kept_until_the_hierarchy_changes() -> None:
+    store, structure, _ = warm()
+    gw = gateway("apps", "gw")
+    assert hierarchy.affected_by(gw, None, store) == {gw, R1}
+    assert structure.reach[(gw, None, True)] == {gw, R1}
+    store.upsert(recolored(store, "blue"))  # a policy write: the reach stands
+    assert derived.structure_memo(store) is structure
+    moved = copy.deepcopy(dict(store.get(R1) or {}))
+    moved["spec"]["parentRefs"] = []
+    store.upsert(moved)  # r1 leaves the Gateway
+    assert hierarchy.affected_by(gw, None, store) == {gw}
