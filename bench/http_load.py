@@ -6,8 +6,16 @@ Three processes: the webhook (`bench.servers webhook`, on a synthetic cluster), 
 right before or after it (the order flips every round), and the claim is the median over rounds
 of the per-round ratio: what the machine's noise does to one, it mostly does to the other.
 
-- Saturation: a closed loop of `connections` keep-alive connections for `seconds`; requests/s.
+- Saturation: a closed loop of `connections` keep-alive connections for `seconds`; requests/s,
+  and each server's CPU time per request (user + system, from `/proc`), the webhook's split into
+  the core's (its admission decisions, `GET /bench/cpu`) and the serving stack's (the rest).
+  CPU time is what a busy neighbour inflates least: the ratio of CPU per request is what the
+  throughput ratio would be on a quiet machine where both servers are CPU-bound.
 - Fixed rate: `bench.loadgen --rate` (open loop, latency from the due time); p50 and p99.
+
+Mixes: `validate`, `validate_light` and `mutate` as in `bench.traffic`, and the diagnostic
+`validate_denied` (only the broken policies: the core denies them in tens of microseconds, so
+what is left is the serving stack), measured at saturation only.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +44,13 @@ from webhook.shell.tls import self_signed
 # Where the uvloop alternative is measured: the mixes where the serving stack is a visible part
 # of the cost (on the full /validate mix the core's impact previews are nearly all of it).
 UVLOOP_MIXES = ("validate_light", "mutate")
+ENDPOINTS = {
+    "validate": "/validate",
+    "validate_light": "/validate",
+    "validate_denied": "/validate",
+    "mutate": "/mutate",
+}
+RATE_MIXES = ("validate", "validate_light", "mutate")  # the diagnostic mix: saturation only
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +88,7 @@ def run(config: HttpConfig, *, log: Any = print) -> dict[str, Any]:
         ca = str(certs.ca_file)
         sanity = asyncio.run(_sanity(urls, bodies, ca))
         log(f"  sanity: {json.dumps(sanity)}")
-        endpoints = {"validate": "/validate", "validate_light": "/validate", "mutate": "/mutate"}
+        endpoints = ENDPOINTS
         tool = "wrk" if shutil.which("wrk") else "bench.loadgen"
         for mix, path in endpoints.items():  # warm the servers on every mix (code paths, TLS)
             for server in names:
@@ -89,13 +105,14 @@ def run(config: HttpConfig, *, log: Any = print) -> dict[str, Any]:
                 if config.compare_uvloop and mix in UVLOOP_MIXES:
                     here.append("webhook_uvloop")
                 for server in here:
+                    before = _cpu(server, servers[server], urls[server], ca)
                     url = urls[server] + path
-                    seconds = config.saturation_seconds
-                    row[f"sat_{server}_{mix}"] = _saturate(
-                        tool, url, bodies[mix], ca, config, seconds
-                    )
-                    idle += wait_idle(procs)
-            for mix, path in endpoints.items():
+                    sat = _saturate(tool, url, bodies[mix], ca, config, config.saturation_seconds)
+                    idle += wait_idle(procs)  # the backlog's CPU time belongs to this run too
+                    after = _cpu(server, servers[server], urls[server], ca)
+                    row[f"sat_{server}_{mix}"] = sat | _cpu_per_request(before, after, sat)
+            for mix in RATE_MIXES:
+                path = endpoints[mix]
                 for server in order:
                     row[f"rate_{server}_{mix}"] = _rate(
                         urls[server] + path, bodies[mix], ca, config
@@ -104,7 +121,11 @@ def run(config: HttpConfig, *, log: Any = print) -> dict[str, Any]:
             row["idle_wait_s"] = idle
             rounds.append(row)
             log(f"  round {r + 1}/{config.rounds}: " + _round_line(row, endpoints))
-        result = {"config": dataclasses.asdict(config), "tool": tool, "sanity": sanity}
+        result: dict[str, Any] = {
+            "config": dataclasses.asdict(config),
+            "tool": tool,
+            "sanity": sanity,
+        }
         result.update(_summarize(rounds, endpoints, config))
         if config.compare_loadgen and tool == "wrk":
             args = [
@@ -135,9 +156,11 @@ def _write_bodies(config: HttpConfig, work: Path) -> dict[str, Path]:
     cluster = synth.generate(synth.Shape().scaled(config.scale), seed=config.seed)
     validate = traffic.validate_reviews(cluster, config.distinct_bodies)
     light = [(c, r) for c, r in validate if c not in traffic.HEAVY]
+    denied = [(c, r) for c, r in validate if c.startswith("broken-")]
     mutate = traffic.mutate_reviews(cluster, config.distinct_bodies)
+    mixes = {"validate": validate, "validate_light": light, "validate_denied": denied}
     out = {}
-    for name, reviews in (("validate", validate), ("validate_light", light), ("mutate", mutate)):
+    for name, reviews in (*mixes.items(), ("mutate", mutate)):
         path = work / f"{name}.jsonl"
         path.write_text(traffic.as_json_lines(reviews), encoding="utf-8")
         out[name] = path
@@ -149,6 +172,31 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(server: str, proc: subprocess.Popen[str], url: str, ca: str) -> dict[str, float]:
+    """A server's CPU seconds so far; for the webhook, also those of its core (`/bench/cpu`)."""
+    out = {"cpu_s": _cpu_seconds(proc.pid)}
+    if server.startswith("webhook"):
+        context = ssl.create_default_context(cafile=ca)
+        with urllib.request.urlopen(f"{url}/bench/cpu", context=context, timeout=30) as answer:
+            out.update(json.load(answer))
+    return out
+
+
+def _cpu_per_request(
+    before: dict[str, float], after: dict[str, float], measured: dict[str, Any]
+) -> dict[str, float]:
+    """CPU milliseconds per request: the server's, and for the webhook its core's and the rest.
+
+    The webhook counts what it answered (requests still in flight when the load generator
+    stopped are answered, and paid for, after it); for the no-op, the load generator's count."""
+    requests = after.get("core_calls", 0) - before.get("core_calls", 0) or measured["requests"]
+    out = {"cpu_ms": (after["cpu_s"] - before["cpu_s"]) * 1000 / max(requests, 1)}
+    if "core_cpu_s" in after:
+        out["core_ms"] = (after["core_cpu_s"] - before["core_cpu_s"]) * 1000 / max(requests, 1)
+        out["stack_ms"] = out["cpu_ms"] - out["core_ms"]
+    return out
 
 
 def wait_idle(procs: list[subprocess.Popen[str]], *, timeout: float = 180.0) -> float:
@@ -281,9 +329,15 @@ def _loadgen(url: str, bodies: Path, ca: str, args: list[str]) -> dict[str, Any]
 def _round_line(row: dict[str, Any], endpoints: dict[str, str]) -> str:
     parts = []
     for mix in endpoints:
-        ours, noop = row[f"sat_webhook_{mix}"]["rps"], row[f"sat_noop_{mix}"]["rps"]
-        p99, p99_noop = row[f"rate_webhook_{mix}"]["p99_ms"], row[f"rate_noop_{mix}"]["p99_ms"]
-        parts.append(f"{mix} {ours:.0f}/{noop:.0f} rps, p99 {p99:.1f}/{p99_noop:.1f} ms")
+        ours, noop = row[f"sat_webhook_{mix}"], row[f"sat_noop_{mix}"]
+        part = (
+            f"{mix} {ours['rps']:.0f}/{noop['rps']:.0f} rps, CPU {ours['cpu_ms']:.3f} "
+            f"(core {ours['core_ms']:.3f} + stack {ours['stack_ms']:.3f})/{noop['cpu_ms']:.3f} ms"
+        )
+        if mix in RATE_MIXES:
+            p99, p99_noop = row[f"rate_webhook_{mix}"]["p99_ms"], row[f"rate_noop_{mix}"]["p99_ms"]
+            part += f", p99 {p99:.1f}/{p99_noop:.1f} ms"
+        parts.append(part)
     return "; ".join(parts) + f" (waited {row['idle_wait_s']:.0f} s for idle servers)"
 
 
@@ -306,6 +360,13 @@ def _summarize(
         out[f"http_{mix}_throughput_ratio"] = med(ratios)
         out[f"http_{mix}_throughput_ratio_min"] = min(ratios)
         out[f"http_{mix}_throughput_ratio_max"] = max(ratios)
+        cpu = [(r[f"sat_webhook_{mix}"], r[f"sat_noop_{mix}"]) for r in rounds]
+        for what in ("cpu_ms", "core_ms", "stack_ms"):
+            out[f"http_{mix}_{what}_per_request"] = med(o[what] for o, _ in cpu)
+        out[f"http_noop_{mix}_cpu_ms_per_request"] = med(n["cpu_ms"] for _, n in cpu)
+        out[f"http_{mix}_cpu_ratio"] = med(n["cpu_ms"] / o["cpu_ms"] for o, n in cpu)
+        if mix not in RATE_MIXES:
+            continue
         rate = [(r[f"rate_webhook_{mix}"], r[f"rate_noop_{mix}"]) for r in rounds]
         for q in ("p50", "p99"):
             out[f"http_{mix}_{q}_ms"] = med(o[f"{q}_ms"] for o, _ in rate)
