@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import os
 import shutil
 import ssl
@@ -190,11 +191,16 @@ def _cpu_per_request(
     """CPU milliseconds per request: the server's, and for the webhook its core's and the rest.
 
     The webhook counts what it answered (requests still in flight when the load generator
-    stopped are answered, and paid for, after it); for the no-op, the load generator's count."""
-    requests = after.get("core_calls", 0) - before.get("core_calls", 0) or measured["requests"]
-    out = {"cpu_ms": (after["cpu_s"] - before["cpu_s"]) * 1000 / max(requests, 1)}
+    stopped are answered, and paid for, after it); for the no-op, wrk's count (NaN without wrk:
+    `bench.loadgen` counts only the answers after its warm-up, which the CPU time includes)."""
+    requests = after.get("core_calls", 0) - before.get("core_calls", 0) or measured.get("requests")
+
+    def per_request(key: str) -> float:
+        return (after[key] - before[key]) * 1000 / requests if requests else math.nan
+
+    out = {"cpu_ms": per_request("cpu_s")}
     if "core_cpu_s" in after:
-        out["core_ms"] = (after["core_cpu_s"] - before["core_cpu_s"]) * 1000 / max(requests, 1)
+        out["core_ms"] = per_request("core_cpu_s")
         out["stack_ms"] = out["cpu_ms"] - out["core_ms"]
     return out
 
