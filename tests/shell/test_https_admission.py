@@ -77,7 +77,9 @@ def test_a_valid_policy_is_allowed_and_the_envelope_is_echoed(webhook):
     assert body["response"]["uid"] == review["request"]["uid"]
     assert body["response"]["allowed"] is True
     # Valid and unopposed: the only thing to say is what it changes (the impact preview).
-    assert body["response"]["warnings"] == ["[PA-C04] changes maxRetries on 1 HTTPRoute (apps/r unset→3)"]
+    assert body["response"]["warnings"] == [
+        "[PA-C04] changes maxRetries on 1 HTTPRoute (apps/r unset→3)"
+    ]
 
 
 def test_a_broken_policy_is_denied_as_422_invalid_with_one_cause_per_violation(webhook):

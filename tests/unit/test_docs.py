@@ -8,7 +8,9 @@ from webhook.shell import docgen
 
 def test_generated_pages_are_up_to_date() -> None:
     for path, expected in docgen.pages().items():
-        assert path.read_text(encoding="utf-8") == expected, f"{path.name} is stale: run `make docs`"
+        assert path.read_text(encoding="utf-8") == expected, (
+            f"{path.name} is stale: run `make docs`"
+        )
 
 
 def test_every_rule_has_a_row_in_the_rules_page() -> None:
@@ -19,6 +21,12 @@ def test_every_rule_has_a_row_in_the_rules_page() -> None:
 
 def test_every_flag_and_its_environment_variable_is_documented() -> None:
     page = (docgen.DOCS / "configuration.md").read_text(encoding="utf-8")
-    for flag in ("--tls-cert-file", "--manifests", "--strict", "--config", "--leader-election-name"):
+    for flag in (
+        "--tls-cert-file",
+        "--manifests",
+        "--strict",
+        "--config",
+        "--leader-election-name",
+    ):
         assert f"`{flag}`" in page
     assert "`POLICY_WEBHOOK_TLS_CERT_FILE`" in page
