@@ -13,9 +13,9 @@ from engine_fixtures import CRDS, docs, gateway, route, service
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from webhook.core import dependencies, kinds, summary
+from webhook.core import dependencies, effective, kinds, summary
 from webhook.core.cache import SummaryCache
-from webhook.core.refs import GATEWAY_GROUP, ObjectKey
+from webhook.core.refs import GATEWAY_GROUP, GroupKind, ObjectKey
 from webhook.core.settings import Settings
 from webhook.core.store import Store
 
@@ -554,3 +554,38 @@ def test_an_empty_cache_with_no_listener_skips_the_fan_out(monkeypatch: pytest.M
     cache.get(route("apps", "r1"))
     store.upsert(policy_on_gateway("p0", "blue"))
     assert len(calls) == 1
+
+
+def test_a_policy_write_recomputes_only_its_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = base_store()
+    apply(store, GW_POLICY)
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    assert cache.get(r1) is not None
+    apply(store, ("upsert", policy_on_gateway("gw-color", "blue")))
+    assert r1 not in cache  # stale, but only its ColorPolicy piece
+    calls: list[object] = []
+    real = effective.compute
+    monkeypatch.setattr(
+        effective, "compute", lambda *a, **k: calls.append(k.get("only")) or real(*a, **k)
+    )
+    value = cache.get(r1)
+    assert calls == [GroupKind(GROUP, "ColorPolicy")]
+    assert value is not None and '"color":"blue"' in value
+    assert value == summary.summarize(r1, rebuilt(store), SETTINGS)
+
+
+def test_the_property_catches_a_cache_that_refreshes_the_wrong_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not vacuous for per-kind refreshes: marking another kind stale is caught."""
+    monkeypatch.setattr(
+        SummaryCache, "_policy_kind", lambda self, key, old, new: GroupKind(GROUP, "Other")
+    )
+    store = base_store()
+    apply(store, GW_POLICY)
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))
+    apply(store, ("upsert", policy_on_gateway("gw-color", "blue")))
+    with pytest.raises(AssertionError, match="stale cache entry"):
+        assert_fresh(cache, store, annotated(store))

@@ -8,7 +8,7 @@ from engine_fixtures import CLUSTER, CRDS, docs, gateway, route, service, store_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core import summary
+from webhook.core import effective, summary
 from webhook.core.settings import Settings
 from webhook.core.store import Store
 
@@ -268,3 +268,18 @@ def test_the_rich_scenario_is_not_trivial() -> None:
         "RetryPolicy.policies.example.com",
         "TimeoutPolicy.policies.example.com",
     }
+
+
+def test_the_value_assembled_from_pieces_is_the_value_dumped_whole() -> None:
+    """The cache replaces one kind's piece in place: assembling must give the same bytes as
+    dumping the whole value, and each span must hold exactly its kind's piece."""
+    store = Store()
+    for doc in EVERY_DOC:
+        store.upsert(doc)
+    for key in OBSERVED:
+        results = effective.compute(key, store, with_losers=False)
+        pieces = summary.pieces_of(results)
+        value, spans = summary.assemble(pieces)
+        assert value == summary.dump(summary.summary_value(results))
+        assert len(pieces) > 0 and summary.pieces_in(value or "", spans) == pieces
+    assert summary.assemble({}) == (None, {})

@@ -7,20 +7,25 @@ Pure and synchronous: use it from one thread (the event loop's), as the store it
 
 Decision: one entry per object — the whole annotation value, `None` for
 "no annotation" — not per context. The value is what the reconciler compares and patches, and
-contexts of one object are computed together anyway (they share rungs and policies).
+contexts of one object are computed together anyway (they share rungs and policies). The entry
+knows where each policy kind's piece lies in the value: a policy's write marks only its kind
+stale on the objects it affects, and the next `get` recomputes that kind alone (kinds never
+interact, SPEC §5) — a RetryPolicy edit on a busy Gateway leaves its thousands of objects'
+other kinds as they were.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import Any
 
 from cachetools import TTLCache
 
-from webhook.core import dependencies, hierarchy, summary
+from webhook.core import dependencies, derived, effective, hierarchy, summary
 from webhook.core.overlay import OverlayView
-from webhook.core.refs import ObjectKey
+from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.settings import Settings
 from webhook.core.store import Store
 
@@ -32,7 +37,11 @@ AffectedListener = Callable[
 DEFAULT_MAXSIZE = 65_536  # objects; an entry is one annotation string (≤ 16 KiB, most far less)
 DEFAULT_TTL = 600.0  # seconds; a safety net only, so long: correctness never waits for it
 
-_MISSING: Final = object()
+@dataclass(slots=True)
+class _Entry:
+    value: str | None
+    spans: summary.Spans | None  # None: a truncated value, whose pieces cannot be replaced
+    stale: set[GroupKind] = field(default_factory=set)  # kinds to recompute before use
 
 
 class SummaryCache:
@@ -58,7 +67,7 @@ class SummaryCache:
         hierarchy.index_for(store)
         self._store = store
         self._settings = settings
-        self._entries: TTLCache[ObjectKey, str | None] = TTLCache(maxsize, ttl, timer=timer)
+        self._entries: TTLCache[ObjectKey, _Entry] = TTLCache(maxsize, ttl, timer=timer)
         self._listeners: list[AffectedListener] = []
         self.hits = 0
         self.misses = 0
@@ -67,20 +76,54 @@ class SummaryCache:
 
     def get(self, key: ObjectKey) -> str | None:
         """The annotation value for `key` (None: no policy reaches it, or no such object)."""
-        try:
-            value = self._entries[key]  # an expired entry raises KeyError as a missing one
-        except KeyError:
-            self.misses += 1
-            value = self._entries[key] = summary.summarize(key, self._store, self._settings)
-        else:
+        entry = self._entries.get(key)  # None when missing or expired
+        if entry is not None and not entry.stale:
             self.hits += 1
-        return value
+            return entry.value
+        self.misses += 1
+        if entry is not None and entry.spans is not None:
+            entry = self._refreshed(key, entry)
+        else:
+            entry = self._computed(key)
+        self._entries[key] = entry
+        return entry.value
+
+    def _computed(self, key: ObjectKey) -> _Entry:
+        results = effective.compute(key, self._store, with_losers=False)
+        pieces = summary.pieces_of(results, derived.engine_memo(self._store).dumps)
+        return self._fitted(key, pieces) or _Entry(self._render(results), None)
+
+    def _refreshed(self, key: ObjectKey, entry: _Entry) -> _Entry:
+        """The entry with its stale kinds' pieces recomputed, the others kept as they were."""
+        pieces = summary.pieces_in(entry.value or "", entry.spans or {})
+        memo = derived.engine_memo(self._store).dumps
+        for gk in entry.stale:
+            results = effective.compute(key, self._store, with_losers=False, only=gk)
+            pieces.pop(str(gk), None)
+            pieces.update(summary.pieces_of(results, memo))
+        return self._fitted(key, pieces) or self._computed(key)
+
+    def _fitted(self, key: ObjectKey, pieces: summary.Pieces) -> _Entry | None:
+        """An entry for the assembled value, or None when it is over the cap (truncated)."""
+        value, spans = summary.assemble(pieces)
+        if value is not None and summary.size(value) > self._settings.annotation_max_bytes:
+            return None
+        return _Entry(value, spans)
+
+    def _render(self, results: list[effective.KindResult]) -> str | None:
+        return summary.render(
+            results,
+            max_bytes=self._settings.annotation_max_bytes,
+            memo=derived.engine_memo(self._store).dumps,
+        )
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._entries
+        """Whether `key` has an entry that needs no recomputation."""
+        entry = self._entries.get(key) if isinstance(key, ObjectKey) else None
+        return entry is not None and not entry.stale
 
     def invalidate_all(self) -> None:
         """Forget everything (new operator config or settings; a test's fresh start)."""
@@ -109,8 +152,24 @@ class SummaryCache:
         affected = frozenset(
             dependencies.affected_by_change(key, old, new, before=before, after=self._store)
         )
+        kind = self._policy_kind(key, old, new)
         for stale in affected:
-            if self._entries.pop(stale, _MISSING) is not _MISSING:
-                self.dropped += 1
+            entry = self._entries.get(stale)
+            if entry is None:
+                continue
+            self.dropped += 1
+            if kind is not None and entry.spans is not None:
+                entry.stale.add(kind)  # only that kind's piece can differ
+            else:
+                del self._entries[stale]
         for listener in list(self._listeners):
             listener(key, old, new, affected)
+
+    def _policy_kind(
+        self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+    ) -> GroupKind | None:
+        """The kind of a written policy; None for any other write (it may touch every kind)."""
+        gk = key.group_kind
+        if any(obj is not None and self._store.is_policy_object(gk, obj) for obj in (old, new)):
+            return gk
+        return None

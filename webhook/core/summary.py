@@ -53,11 +53,47 @@ def render(
 ) -> str | None:
     if not results:
         return None
-    value = summary_value(results, memo if memo is not None else {})
-    text = dump(value)
-    if _size(text) <= max_bytes:
+    memo = memo if memo is not None else {}
+    text, _ = assemble(pieces_of(results, memo))
+    if text is not None and _size(text) <= max_bytes:
         return text
-    return dump(_truncated(value, max_bytes))
+    return dump(_truncated(summary_value(results, memo), max_bytes))
+
+
+# The value is assembled from one piece per kind — the JSON of `policies[kind]` — so that the
+# cache can replace the piece of the one kind a policy write touched (kinds never interact).
+Pieces = dict[str, str]  # kind name (`RetryPolicy.policies.example.com`) → its entry's JSON
+Spans = dict[str, tuple[int, int]]  # kind name → where its piece lies in the value
+
+
+def pieces_of(
+    results: Sequence[effective.KindResult], memo: dict[tuple[int, int], Dumped] | None = None
+) -> Pieces:
+    memo = memo if memo is not None else {}
+    return {str(r.group_kind): dump(_kind_entry(r, memo)) for r in results}
+
+
+def assemble(pieces: Pieces) -> tuple[str | None, Spans]:
+    """The untruncated value, byte for byte `dump(summary_value(...))`, and where each piece
+    lies in it; None when no kind reaches the object."""
+    if not pieces:
+        return None, {}
+    parts = ['{"policies":{']
+    spans: Spans = {}
+    at = len(parts[0])
+    for i, name in enumerate(sorted(pieces)):  # as orjson sorts keys: by code point
+        head = f"{',' if i else ''}{dump(name)}:"
+        at += len(head)
+        spans[name] = (at, at + len(pieces[name]))
+        at += len(pieces[name])
+        parts += (head, pieces[name])
+    parts.append(f'}},"truncated":false,"version":{VERSION}}}')
+    return "".join(parts), spans
+
+
+def pieces_in(value: str, spans: Spans) -> Pieces:
+    """The pieces of an assembled value, back from their spans."""
+    return {name: value[start:end] for name, (start, end) in spans.items()}
 
 
 def summary_value(
@@ -148,6 +184,11 @@ def dump(value: Any) -> str:
         return json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
         )
+
+
+def size(text: str) -> int:
+    """The value's length in UTF-8 bytes, as the API server counts an annotation."""
+    return _size(text)
 
 
 def _size(text: str) -> int:
