@@ -410,6 +410,7 @@ def _service_contexts(
         if isinstance(number, int) and isinstance(name, str) and name:
             ports.setdefault(number, name)
     out: list[Context] = []
+    standalone = _standalone(key)
     for route in sorted(index_for(view).routes_of_backend(key)):
         route_obj = view.get(route)
         if route_obj is None:
@@ -418,13 +419,14 @@ def _service_contexts(
         refs = [b for b in found if b.key == key and backend_allowed(route, b, view)]
         if not refs:
             continue
-        for ctx in route_contexts(route, view, parents):
-            for ref in refs:
-                rule = (Rung(route, ref.rule),) if ref.rule else ()
-                port = ports.get(ref.port) if ref.port is not None else None
-                end = (Rung(key, port),) if port else ()
-                out.append((*ctx, *rule, *_standalone(key), *end))
-    return out or [_standalone(key)]
+        # What follows the route's context, per backendRef: built once, shared by every context.
+        tails = []
+        for ref in refs:
+            rule = (Rung(route, ref.rule),) if ref.rule else ()
+            port = ports.get(ref.port) if ref.port is not None else None
+            tails.append((*rule, *standalone, *((Rung(key, port),) if port else ())))
+        out.extend((*ctx, *tail) for ctx in route_contexts(route, view, parents) for tail in tails)
+    return out or [standalone]
 
 
 # --- the reverse: what lies below a rung ------------------------------------------------------
