@@ -37,6 +37,7 @@ AffectedListener = Callable[
 DEFAULT_MAXSIZE = 65_536  # objects; an entry is one annotation string (≤ 16 KiB, most far less)
 DEFAULT_TTL = 600.0  # seconds; a safety net only, so long: correctness never waits for it
 
+
 @dataclass(slots=True)
 class _Entry:
     value: str | None
