@@ -406,6 +406,14 @@ def test_a_patch_that_keeps_failing_is_retried_with_backoff_until_it_succeeds(
         errors = 0 if status == 409 else reconciler.retries  # a 409 is not an error
         assert reconciler.errors == errors
         assert sample(reconciler, "errors", "Gateway.gateway.networking.k8s.io") == errors
+        registry = reconciler.metrics.registry
+        cause = "conflict" if status == 409 else "error"
+        retries = registry.get_sample_value(
+            "policy_webhook_reconcile_retries_total",
+            {"kind": "Gateway.gateway.networking.k8s.io", "cause": cause},
+        )
+        assert retries == reconciler.retries
+        assert registry.get_sample_value("policy_webhook_reconcile_failing_objects") == 1
         assert records(caplog, logging.WARNING) == [
             "annotation patch failed 4 times in a row; still retrying, every 0.05s at most"
         ], "one warning per run of failures, not one per retry"
@@ -415,6 +423,7 @@ def test_a_patch_that_keeps_failing_is_retried_with_backoff_until_it_succeeds(
         await until(lambda: reconciler.patches == 1)
         assert await reconciler.wait_idle(5)
         assert reconciler.failing == 0
+        assert registry.get_sample_value("policy_webhook_reconcile_failing_objects") == 0
         assert (
             records(caplog, logging.INFO)[-1] == "annotation of a failing object settled: patched"
         )

@@ -117,6 +117,17 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.reconcile_retries = Counter(
+            f"{PREFIX}_reconcile_retries",
+            "Patches scheduled again after a failure, by kind and cause (error, conflict).",
+            ["kind", "cause"],
+            registry=r,
+        )
+        self.reconcile_failing = Gauge(
+            f"{PREFIX}_reconcile_failing_objects",
+            "Objects whose last annotation patch failed and that wait for their next try.",
+            registry=r,
+        )
         self.leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica holds the reconciler Lease, else 0.",

@@ -191,6 +191,7 @@ class Reconciler:
             self.queue.clear()
             self._sent.clear()
             self.backoff.clear()
+            self.metrics.reconcile_failing.set(0)
 
     # --- what to do ----------------------------------------------------------------------------
 
@@ -318,6 +319,8 @@ class Reconciler:
         delay = self.backoff.when(key)
         failures = self.backoff.failures(key)
         self.retries += 1
+        self.metrics.reconcile_retries.labels(kind=str(key.group_kind), cause=cause).inc()
+        self.metrics.reconcile_failing.set(self.failing)
         self.queue.add_after(key, delay)
         about = fields(object=str(key), attempts=failures, cause=cause, error=repr(exc))
         if failures == self.warn_after:  # once per run of failures, not at every retry
@@ -334,7 +337,10 @@ class Reconciler:
     def _succeeded(self, key: ObjectKey, outcome: str) -> None:
         """`key` needs no retry (any more); say so if it had been reported as failing."""
         self.queue.cancel_later(key)
-        if self.backoff.forget(key) >= self.warn_after:
+        failures = self.backoff.forget(key)
+        if failures:
+            self.metrics.reconcile_failing.set(self.failing)
+        if failures >= self.warn_after:
             logger.info(
                 "annotation of a failing object settled: %s",
                 outcome,
