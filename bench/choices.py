@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import synth, traffic
-from webhook.core import effective, hierarchy, reviews, summary
+from webhook.core import effective, hierarchy_index, reviews, summary
 from webhook.core.refs import key_of
 from webhook.core.store import Store
 from webhook.shell import logs
@@ -46,7 +46,7 @@ def run(*, scale: float = 0.1, seed: int = 1, rounds: int = 7) -> dict[str, floa
     store = Store()
     for obj in cluster.objects():
         store.upsert(obj)
-    hierarchy.index_for(store)
+    hierarchy_index.index_for(store)
     bodies = [
         json.dumps(r).encode()
         for _, r in traffic.validate_reviews(cluster, 200) + traffic.mutate_reviews(cluster, 200)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import snapshot, synth, traffic
-from webhook.core import admission, hierarchy
+from webhook.core import admission, hierarchy_index
 from webhook.core.refs import key_of
 from webhook.core.settings import Settings
 from webhook.core.store import Store
@@ -49,7 +49,7 @@ def _setup(scale: float, seed: int) -> tuple[synth.Cluster, Store, Any, Settings
     cache = SummaryCache(store, settings)
     for obj in cluster.objects():
         store.upsert(obj)
-    hierarchy.index_for(store)
+    hierarchy_index.index_for(store)
     return cluster, store, cache, settings
 
 

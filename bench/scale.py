@@ -32,7 +32,7 @@ from typing import Any
 from bench import synth, traffic
 from bench.calibrate import reference_ms
 from bench.loadgen import percentile
-from webhook.core import admission, hierarchy, summary
+from webhook.core import admission, hierarchy, hierarchy_index, summary
 from webhook.core.refs import ObjectKey, key_of
 from webhook.core.settings import Settings
 from webhook.core.store import Store
@@ -95,7 +95,7 @@ def measure(
     keys = [key for obj in cluster.annotated() if (key := key_of(obj)) is not None]
     calibration.append(reference_ms())
     watch = Stopwatch()
-    hierarchy.index_for(store)
+    hierarchy_index.index_for(store)
     out["index_build_s"], index_cpu = watch.stop()
     values = []
     watch = Stopwatch()

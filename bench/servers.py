@@ -70,14 +70,14 @@ def _tls(cert_dir: str) -> ReloadingTLS:
 
 async def _run_webhook(args: argparse.Namespace) -> None:
     from bench import synth
-    from webhook.core import admission, hierarchy
+    from webhook.core import admission, hierarchy_index
 
     started = time.perf_counter()
     cluster = synth.generate(synth.Shape().scaled(args.scale), seed=args.seed)
     store = Store()
     for obj in cluster.objects():
         store.upsert(obj)
-    hierarchy.index_for(store)  # as after the informers' first sync
+    hierarchy_index.index_for(store)  # as after the informers' first sync
     readiness = Readiness()
     # The server calls `admission.validate(...)` through the module: timing it there times it
     # where the server calls it, and nowhere else.

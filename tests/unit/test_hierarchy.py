@@ -15,7 +15,7 @@ from engine_fixtures import (
     store_of,
 )
 
-from webhook.core import hierarchy
+from webhook.core import hierarchy, hierarchy_index
 from webhook.core.overlay import OverlayView
 from webhook.core.refs import ObjectKey
 from webhook.core.store import ClusterView
@@ -496,16 +496,18 @@ spec:
 
 def test_the_index_follows_the_store_and_overlays_layer_on_it() -> None:
     store = store_of(CRDS, CLUSTER)
-    first = hierarchy.index_for(store)
-    assert hierarchy.index_for(store) is first  # cached
+    first = hierarchy_index.index_for(store)
+    assert hierarchy_index.index_for(store) is first  # cached
     store.upsert(docs("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: apps}")[0])
-    assert hierarchy.index_for(store) is first  # not a hierarchy kind
+    assert hierarchy_index.index_for(store) is first  # not a hierarchy kind
     moved = docs(route_in("apps", parent="{name: gw, namespace: infra, sectionName: http}"))[0]
     overlay = OverlayView(store, upserts=[moved])
-    assert hierarchy.index_for(overlay).routes_of_backend(service("apps", "foo")) == frozenset()
-    assert hierarchy.index_for(store).routes_of_backend(service("apps", "foo")) == {
+    assert (
+        hierarchy_index.index_for(overlay).routes_of_backend(service("apps", "foo")) == frozenset()
+    )
+    assert hierarchy_index.index_for(store).routes_of_backend(service("apps", "foo")) == {
         route("apps", "r")
     }
     store.upsert(moved)
-    assert hierarchy.index_for(store) is not first
-    assert hierarchy.index_for(store).routes_of_backend(service("apps", "foo")) == frozenset()
+    assert hierarchy_index.index_for(store) is not first
+    assert hierarchy_index.index_for(store).routes_of_backend(service("apps", "foo")) == frozenset()

@@ -23,7 +23,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from webhook.core import dependencies, derived, effective, hierarchy, summary
+from webhook.core import dependencies, derived, effective, hierarchy_index, summary
 from webhook.core.overlay import OverlayView
 from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.settings import Settings
@@ -65,7 +65,7 @@ class SummaryCache:
         # The hierarchy index of a store is marked stale by a store listener of its own, and
         # the store calls listeners in the order they subscribed: make sure that one runs
         # before ours, or our "after" view would read the index of the state before the write.
-        hierarchy.index_for(store)
+        hierarchy_index.index_for(store)
         self._store = store
         self._settings = settings
         self._entries: TTLCache[ObjectKey, _Entry] = TTLCache(maxsize, ttl, timer=timer)

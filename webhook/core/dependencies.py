@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.core import hierarchy, kinds
+from webhook.core import hierarchy, hierarchy_index, kinds
 from webhook.core.policy import Policy, raw_target_refs, read_target_ref, spec_of
 from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.store import ClusterView
@@ -118,7 +118,7 @@ def _namespace_change(
 ) -> set[ObjectKey]:
     """Labels decide `from: Selector` admission of the Namespace's routes and ListenerSets.
 
-    A missing Namespace reads as one without labels (hierarchy.namespace_admitted), so only
+    A missing Namespace reads as one without labels (attachment.namespace_admitted), so only
     a change of labels matters, not the object coming or going. Namespace-targeted policies
     do not depend on the Namespace object at all (they are found by key).
     """
@@ -126,7 +126,7 @@ def _namespace_change(
         return set()
     out: set[ObjectKey] = set()
     for view in (before, after):
-        for member in hierarchy.index_for(view).in_namespace(key.name):
+        for member in hierarchy_index.index_for(view).in_namespace(key.name):
             if member.group_kind in _SELECTED_KINDS:
                 out |= _reach(member, None, view)
     return out
@@ -156,7 +156,7 @@ def _grant_change(namespace: str, before: ClusterView, after: ClusterView) -> se
             if target.namespace == namespace and target.namespace != policy.key.namespace:
                 out |= _reach(target, section, before, after, inherited=inherited)
     # 2. A route's backendRef into this Namespace counts only with a grant (hierarchy.py).
-    index = hierarchy.index_for(after)
+    index = hierarchy_index.index_for(after)
     for member in index.in_namespace(namespace):
         if member.group_kind != kinds.SERVICE or after.get(member) is None:
             continue

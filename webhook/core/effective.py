@@ -21,57 +21,27 @@ Decisions where SPEC §5 is silent (docs/decisions.md):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from webhook.core import derived, grants, hierarchy, kinds, leaves
+from webhook.core.board import (
+    WHOLE,
+    Board,
+    Claim,
+    ContextResult,
+    Loser,
+    Source,
+    StanzaName,
+    reason,
+    tie_why,
+)
 from webhook.core.hierarchy import Context, Rung
 from webhook.core.overlay import OverlayView
 from webhook.core.policy import Policy
 from webhook.core.profiles import KindProfile, Merge, PolicyClass
 from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.store import ClusterView
-
-StanzaName = Literal["override", "default", "direct", "object"]
-WHOLE = "*"  # a Loser's `field` when a policy lost as a whole (Direct, atomic)
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """Where one leaf of `effective` came from (SPEC §3.3 `sources`)."""
-
-    policy: str | None  # `namespace/name`; None for the object's own value (stanza "object")
-    stanza: StanzaName
-    at: str  # the rung the policy is attached to, e.g. `Gateway/infra/gw`, `Namespace/apps`
-
-    def as_json(self) -> dict[str, str | None]:
-        return {"policy": self.policy, "stanza": self.stanza, "at": self.at}
-
-
-@dataclass(frozen=True, slots=True)
-class Loser:
-    """A policy's setting that does not apply in a context, and why (for `explain`)."""
-
-    policy: str
-    stanza: StanzaName
-    at: str
-    field: str  # `backoff.maxInterval`, or WHOLE
-    reason: str  # "overridden by infra/a", "lost tie-break to ns/zz (older)", …
-    by: Source | None = None  # what won instead; None when nothing single did
-
-
-class ContextResult(NamedTuple):
-    """One context's answer. Contexts meeting the same policies share `effective`/`sources`.
-
-    A named tuple: one is made per context and policy kind (20,000 for a busy Service), and a
-    tuple is built several times faster than a frozen dataclass.
-    """
-
-    context: Context
-    path: tuple[str, ...]
-    effective: Mapping[str, Any]
-    sources: Mapping[str, Source]  # JSON pointer into `effective` → its source
-    losers: tuple[Loser, ...] = ()
 
 
 class ResultGroup(NamedTuple):
@@ -225,96 +195,6 @@ class _Finder:
         return grants.reference_granted(policy.key.group_kind, namespace, target, self.view)
 
 
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    source: Source
-    policy: Policy | None
-
-
-@dataclass(slots=True)
-class _Board:
-    """Leaves taken so far in one context; first taker wins, later ones are recorded as losers."""
-
-    won: dict[leaves.Path, tuple[Any, _Claim]] = field(default_factory=dict)
-    below: dict[leaves.Path, leaves.Path] = field(default_factory=dict)  # prefix → a leaf under it
-    losers: dict[tuple[str, str, str, str], Loser] | None = None
-
-    def offer(self, path: leaves.Path, value: Any, claim: _Claim) -> None:
-        blocker = self._blocker(path)
-        if blocker is None:
-            self.won[path] = (value, claim)
-            for i in range(1, len(path)):
-                self.below.setdefault(path[:i], path)
-            return
-        if _is_presence(path) and blocker != path:
-            return  # a list-map item already present through one of its fields
-        winner = self.won[blocker][1]
-        if (
-            self.losers is not None
-            and claim.policy is not None
-            and winner.policy is not claim.policy
-        ):
-            self.lose(claim, leaves.top_fields(path), _reason(claim, winner), by=winner.source)
-
-    def lose(self, claim: _Claim, what: str, reason: str, *, by: Source | None = None) -> None:
-        if self.losers is None or claim.policy is None:
-            return
-        src = claim.source
-        self.losers.setdefault(
-            (claim.policy.ref, src.stanza, src.at, what),
-            Loser(claim.policy.ref, src.stanza, src.at, what, reason, by),
-        )
-
-    def _blocker(self, path: leaves.Path) -> leaves.Path | None:
-        if path in self.won:
-            return path
-        for i in range(1, len(path)):
-            prefix = path[:i]
-            if prefix in self.won and not _is_presence(prefix):
-                return prefix
-        return self.below.get(path)
-
-    def result(self, context: Context) -> ContextResult:
-        final = {
-            p: v for p, (v, _) in self.won.items() if not (_is_presence(p) and p in self.below)
-        }
-        built = leaves.build(final)
-        sources = {leaves.pointer(p, built): self.won[p][1].source for p in final}
-        losers = tuple(sorted(self.losers.values(), key=_loser_order)) if self.losers else ()
-        return ContextResult(context, hierarchy.path_of(context), built, sources, losers)
-
-
-def _is_presence(path: leaves.Path) -> bool:
-    return bool(path) and isinstance(path[-1], tuple)
-
-
-def _loser_order(loser: Loser) -> tuple[str, str, str, str]:
-    return (loser.policy, loser.stanza, loser.at, loser.field)
-
-
-def _reason(loser: _Claim, winner: _Claim) -> str:
-    w = winner.source
-    if w.stanza == "object":
-        return f"the object's own value wins ({w.at})"
-    assert winner.policy is not None and loser.policy is not None
-    if w.at == loser.source.at and w.stanza == loser.source.stanza:
-        return _tie(loser.policy, winner.policy)
-    if w.stanza == "override" and loser.source.stanza == "default":
-        return f"overridden by {w.policy}"
-    if w.stanza == "override":
-        return f"overridden by {w.policy} (less specific override, at {w.at})"
-    return f"{w.policy} is more specific (default at {w.at})"
-
-
-def _tie(loser: Policy, winner: Policy) -> str:
-    return f"lost tie-break to {winner.ref} ({_tie_why(loser, winner)})"
-
-
-def _tie_why(loser: Policy, winner: Policy) -> str:
-    """SPEC §4.4: the older one wins; on equal timestamps, `namespace/name` in byte order."""
-    return "older" if winner.created < loser.created else "alphabetical"
-
-
 class _KindEngine:
     """One policy kind's rules: Direct (§5.1), Inherited `patch` (§5.2) or `atomic` (§5.5)."""
 
@@ -423,8 +303,8 @@ class _KindEngine:
 
     # --- the three strategies ----------------------------------------------------------------
 
-    def _board(self) -> _Board:
-        return _Board(losers={} if self.with_losers else None)
+    def _board(self) -> Board:
+        return Board(losers={} if self.with_losers else None)
 
     def _direct(
         self, rung: Rung, own: Sequence[tuple[Policy, str | None]], ctx: Context
@@ -434,14 +314,14 @@ class _KindEngine:
         candidates = list({p.key: p for p, s in own if s == rung.section}.values())
         at = rung.display()
         for i, policy in enumerate(candidates):
-            claim = _Claim(Source(policy.ref, "direct", at), policy)
+            claim = Claim(Source(policy.ref, "direct", at), policy)
             if i == 0:
                 for path, value in self.stanza_leaves(policy, "direct").items():
                     board.offer(path, value, claim)
             else:
                 winner = candidates[0]
                 board.lose(
-                    claim, WHOLE, f"conflicted: {winner.ref} wins ({_tie_why(policy, winner)})"
+                    claim, WHOLE, f"conflicted: {winner.ref} wins ({tie_why(policy, winner)})"
                 )
         return board.result(ctx)
 
@@ -497,7 +377,7 @@ class _KindEngine:
         object_at: str,
     ) -> ContextResult:
         board = self._board()
-        obj_claim = _Claim(Source(None, "object", object_at), None)
+        obj_claim = Claim(Source(None, "object", object_at), None)
         offers = self._offers(levels)
         if self.profile.merge == "atomic":
             self._atomic(board, offers, from_object, obj_claim)
@@ -514,10 +394,10 @@ class _KindEngine:
 
     def _offers(
         self, levels: list[tuple[Rung, list[Policy]]]
-    ) -> dict[str, list[tuple[_Claim, dict[leaves.Path, Any]]]]:
+    ) -> dict[str, list[tuple[Claim, dict[leaves.Path, Any]]]]:
         """Each policy's stanzas in the order they get to choose: overrides root-first, defaults
         target-first; within a level, SPEC §4.4 order."""
-        offers: dict[str, list[tuple[_Claim, dict[leaves.Path, Any]]]] = {
+        offers: dict[str, list[tuple[Claim, dict[leaves.Path, Any]]]] = {
             "override": [],
             "default": [],
         }
@@ -533,15 +413,15 @@ class _KindEngine:
                     found = self.stanza_leaves(policy, stanza)
                     if found:
                         source = Source(policy.ref, stanza, rung.display())
-                        offers[stanza].append((_Claim(source, policy), found))
+                        offers[stanza].append((Claim(source, policy), found))
         return offers
 
     def _atomic(
         self,
-        board: _Board,
-        offers: Mapping[str, list[tuple[_Claim, dict[leaves.Path, Any]]]],
+        board: Board,
+        offers: Mapping[str, list[tuple[Claim, dict[leaves.Path, Any]]]],
         from_object: Mapping[leaves.Path, Any],
-        obj_claim: _Claim,
+        obj_claim: Claim,
     ) -> None:
         """SPEC §5.5: the first override (root first) replaces everything, else the most
         specific default; the object's own values still beat that default."""
@@ -561,7 +441,7 @@ class _KindEngine:
                 board.lose(
                     claim,
                     WHOLE,
-                    f"{_reason(claim, winner)} (atomic: replaced whole)",
+                    f"{reason(claim, winner)} (atomic: replaced whole)",
                     by=winner.source,
                 )
 

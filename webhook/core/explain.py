@@ -11,7 +11,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from webhook.core.effective import ContextResult, KindResult
+from webhook.core.board import ContextResult
+from webhook.core.effective import KindResult
 from webhook.core.leaves import is_unset
 from webhook.core.refs import GroupKind, ObjectKey
 

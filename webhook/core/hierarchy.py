@@ -20,25 +20,32 @@ Decisions where SPEC §4 is silent (docs/decisions.md):
   no Inherited policy reaches it, and its annotation is absent unless a Direct policy targets
   the route itself (Direct kinds do not need contexts, see `effective`).
 - Only Service backends count; a cross-namespace backendRef counts only with a ReferenceGrant.
-- `allowedRoutes.namespaces.from: Selector` sees the Namespace's labels plus the label
-  `kubernetes.io/metadata.name` the API server sets on every Namespace (also when the
-  Namespace object is not known). Listener `hostname` intersection is not checked.
+  Who may attach where (parentRefs, allowedRoutes, selectors) is `attachment`'s; listener
+  `hostname` intersection is not checked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
-from weakref import WeakKeyDictionary
+from typing import Any, NamedTuple
 
 from webhook.core import derived, kinds
-from webhook.core.grants import reference_granted
+from webhook.core.attachment import (
+    BackendRef,
+    ParentRef,
+    backend_allowed,
+    backend_refs,
+    listener_admits,
+    listener_set_parent,
+    namespace_admitted,
+    parent_refs,
+    spec_mapping,
+)
+from webhook.core.hierarchy_index import HierarchyIndex, index_for
 from webhook.core.overlay import OverlayView
-from webhook.core.refs import CORE_GROUP, GATEWAY_GROUP, GroupKind, ObjectKey
-from webhook.core.store import ClusterView, Store
-
-NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every Namespace
+from webhook.core.refs import CORE_GROUP, GATEWAY_GROUP, ObjectKey
+from webhook.core.store import ClusterView
 
 
 class Rung(NamedTuple):
@@ -93,145 +100,6 @@ def _context_order(context: Context) -> tuple[tuple[str, str, str, str, str], ..
 
 def _key_tuple(key: ObjectKey) -> tuple[str, str, str, str]:
     return (key.group, key.kind, key.namespace, key.name)
-
-
-# --- references read from objects ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ParentRef:
-    key: ObjectKey  # a Gateway, a ListenerSet, or (mesh) a Service
-    section: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class BackendRef:
-    rule: str | None  # the rule's name, when it has one
-    key: ObjectKey  # always a Service
-    port: int | None
-
-
-def parent_refs(route: ObjectKey, obj: Mapping[str, Any]) -> list[ParentRef]:
-    """`spec.parentRefs`, defaults filled in (group gateway.networking.k8s.io, kind Gateway)."""
-    out = []
-    for ref in _list(_spec(obj).get("parentRefs")):
-        key = _ref_key(ref, GATEWAY_GROUP, "Gateway", route.namespace)
-        if key is not None:
-            section = ref.get("sectionName")
-            out.append(ParentRef(key, section if isinstance(section, str) and section else None))
-    return out
-
-
-def backend_refs(route: ObjectKey, obj: Mapping[str, Any]) -> list[BackendRef]:
-    """Service backends of every rule; other backend kinds have no place on the ladder."""
-    out = []
-    for rule in _list(_spec(obj).get("rules")):
-        name = rule.get("name")
-        rule_name = name if isinstance(name, str) and name else None
-        for ref in _list(rule.get("backendRefs")):
-            key = _ref_key(ref, CORE_GROUP, "Service", route.namespace)
-            if key is not None and key.group_kind == kinds.SERVICE:
-                port = ref.get("port")
-                out.append(BackendRef(rule_name, key, port if isinstance(port, int) else None))
-    return out
-
-
-def listener_set_parent(ls: ObjectKey, obj: Mapping[str, Any]) -> ObjectKey | None:
-    ref = _spec(obj).get("parentRef")
-    key = (
-        _ref_key(ref, GATEWAY_GROUP, "Gateway", ls.namespace) if isinstance(ref, Mapping) else None
-    )
-    return key if key is not None and key.group_kind == kinds.GATEWAY else None
-
-
-def _ref_key(ref: Mapping[str, Any], group: str, kind: str, namespace: str) -> ObjectKey | None:
-    name = ref.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    g, k, ns = ref.get("group", group), ref.get("kind", kind), ref.get("namespace") or namespace
-    if not (isinstance(g, str) and isinstance(k, str) and isinstance(ns, str)):
-        return None
-    return ObjectKey(g, k, ns, name)
-
-
-def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = obj.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
-def _list(value: object) -> Iterator[Mapping[str, Any]]:
-    if isinstance(value, list):
-        yield from (item for item in value if isinstance(item, Mapping))
-
-
-# --- who may attach where --------------------------------------------------------------------
-
-
-def selector_matches(selector: object, labels: Mapping[str, str]) -> bool:
-    """A Kubernetes LabelSelector; a missing selector matches nothing, `{}` everything."""
-    if not isinstance(selector, Mapping):
-        return False
-    match_labels = selector.get("matchLabels") or {}
-    if not isinstance(match_labels, Mapping):
-        return False
-    if any(labels.get(k) != v for k, v in match_labels.items()):
-        return False
-    for expr in _list(selector.get("matchExpressions")):
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if not isinstance(key, str) or not isinstance(values, list):
-            return False
-        present = key in labels
-        ok = {
-            "In": present and labels.get(key) in values,
-            "NotIn": not present or labels.get(key) not in values,
-            "Exists": present,
-            "DoesNotExist": not present,
-        }.get(op if isinstance(op, str) else "", False)
-        if not ok:
-            return False
-    return True
-
-
-def namespace_admitted(
-    namespaces: object, *, owner_ns: str, ns: str, view: ClusterView, default: str
-) -> bool:
-    """`{from: Same|All|Selector|None, selector}` as in allowedRoutes and allowedListeners."""
-    spec = namespaces if isinstance(namespaces, Mapping) else {}
-    source = spec.get("from") or default
-    if source == "All":
-        return True
-    if source == "Same":
-        return ns == owner_ns
-    if source == "Selector":
-        labels = {**(view.namespace_labels(ns) or {}), NAME_LABEL: ns}
-        return selector_matches(spec.get("selector"), labels)
-    return False  # None, or a value this version of the API does not know
-
-
-def listener_admits(
-    listener: Mapping[str, Any], *, owner_ns: str, route: ObjectKey, view: ClusterView
-) -> bool:
-    """SPEC §4.2: namespace (default Same), kind (allowedRoutes.kinds) and protocol fit."""
-    gk = route.group_kind
-    if listener.get("protocol") not in kinds.ROUTE_PROTOCOLS.get(gk, frozenset()):
-        return False
-    allowed = listener.get("allowedRoutes")
-    allowed = allowed if isinstance(allowed, Mapping) else {}
-    kinds_allowed = [
-        GroupKind(str(k.get("group", GATEWAY_GROUP)), str(k.get("kind")))
-        for k in _list(allowed.get("kinds"))
-    ]
-    if kinds_allowed and gk not in kinds_allowed:
-        return False
-    return namespace_admitted(
-        allowed.get("namespaces"), owner_ns=owner_ns, ns=route.namespace, view=view, default="Same"
-    )
-
-
-def backend_allowed(route: ObjectKey, backend: BackendRef, view: ClusterView) -> bool:
-    return backend.key.namespace == route.namespace or reference_granted(
-        route.group_kind, route.namespace, backend.key, view
-    )
 
 
 # --- contexts ----------------------------------------------------------------------------------
@@ -322,7 +190,7 @@ def _standalone(key: ObjectKey) -> Context:
 
 
 def _gateway_root(key: ObjectKey, obj: Mapping[str, Any], view: ClusterView) -> Context:
-    class_name = _spec(obj).get("gatewayClassName")
+    class_name = spec_mapping(obj).get("gatewayClassName")
     rungs: list[Rung] = []
     if isinstance(class_name, str) and class_name:
         class_key = ObjectKey(GATEWAY_GROUP, "GatewayClass", "", class_name)
@@ -339,7 +207,7 @@ def listener_set_attached(
     gw = view.get(gw_key) if gw_key is not None else None
     if gw_key is None or gw is None:
         return None
-    allowed = _spec(gw).get("allowedListeners")
+    allowed = spec_mapping(gw).get("allowedListeners")
     namespaces = allowed.get("namespaces") if isinstance(allowed, Mapping) else None
     if not namespace_admitted(
         namespaces, owner_ns=gw_key.namespace, ns=ls.namespace, view=view, default="None"
@@ -430,135 +298,6 @@ def _service_contexts(
 
 
 # --- the reverse: what lies below a rung ------------------------------------------------------
-
-Table = Literal["class", "listenerset", "parent", "backend", "namespace"]
-Bucket = tuple[Table, object]
-_HIERARCHY_KINDS = frozenset({kinds.GATEWAY, kinds.LISTENER_SET, *kinds.ROUTE_KINDS, kinds.SERVICE})
-
-
-@dataclass(frozen=True, slots=True)
-class HierarchyIndex:
-    """Raw references between hierarchy objects, by referent, for reverse lookups.
-
-    Built once per store state (`index_for` caches it until a hierarchy object changes).
-    Holds what objects *say* (parentRefs, backendRefs, class names), not whether they are
-    admitted: callers check admission on the few candidates. An overlaid view gets a thin
-    layer (`base` plus what its few objects add or remove), never a copy.
-    """
-
-    added: Mapping[Bucket, frozenset[ObjectKey]]
-    removed: Mapping[Bucket, frozenset[ObjectKey]] = field(default_factory=dict)
-    base: HierarchyIndex | None = None
-
-    def members(self, table: Table, bucket: object) -> frozenset[ObjectKey]:
-        own = self.added.get((table, bucket), frozenset())
-        if self.base is None:
-            return own
-        gone = self.removed.get((table, bucket), frozenset())
-        return (self.base.members(table, bucket) - gone) | own
-
-    def gateways_of_class(self, name: str) -> frozenset[ObjectKey]:
-        return self.members("class", name)
-
-    def listener_sets_of(self, gateway: ObjectKey) -> frozenset[ObjectKey]:
-        return self.members("listenerset", gateway)
-
-    def routes_of_parent(self, parent: ObjectKey) -> frozenset[ObjectKey]:
-        return self.members("parent", parent)
-
-    def routes_of_backend(self, service: ObjectKey) -> frozenset[ObjectKey]:
-        return self.members("backend", service)
-
-    def in_namespace(self, namespace: str) -> frozenset[ObjectKey]:
-        return self.members("namespace", namespace)
-
-    def overlaid(
-        self, changes: Mapping[ObjectKey, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]]
-    ) -> HierarchyIndex:
-        """This index as seen through an overlay that replaced a few objects."""
-        added: dict[Bucket, set[ObjectKey]] = {}
-        removed: dict[Bucket, set[ObjectKey]] = {}
-        for key, (old, new) in changes.items():
-            for bucket, member in _edges(key, old) if old is not None else ():
-                removed.setdefault(bucket, set()).add(member)
-            for bucket, member in _edges(key, new) if new is not None else ():
-                added.setdefault(bucket, set()).add(member)
-        return HierarchyIndex(
-            {b: frozenset(m) for b, m in added.items()},
-            {b: frozenset(m) for b, m in removed.items()},
-            self,
-        )
-
-
-def _edges(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Bucket, ObjectKey]]:
-    """What one object contributes to the index."""
-    gk = key.group_kind
-    if gk not in _HIERARCHY_KINDS:
-        return
-    if key.namespace:
-        yield ("namespace", key.namespace), key
-    if gk == kinds.GATEWAY:
-        class_name = _spec(obj).get("gatewayClassName")
-        if isinstance(class_name, str):
-            yield ("class", class_name), key
-    elif gk == kinds.LISTENER_SET:
-        parent = listener_set_parent(key, obj)
-        if parent is not None:
-            yield ("listenerset", parent), key
-    elif gk in kinds.ROUTE_KINDS:
-        for ref in parent_refs(key, obj):
-            yield ("parent", ref.key), key
-        for backend in backend_refs(key, obj):
-            yield ("backend", backend.key), key
-
-
-def build_index(view: ClusterView) -> HierarchyIndex:
-    buckets: dict[Bucket, set[ObjectKey]] = {}
-    for gk in sorted(_HIERARCHY_KINDS):
-        for obj in view.objects(gk):
-            meta = obj.get("metadata")
-            name = meta.get("name") if isinstance(meta, Mapping) else None
-            if not isinstance(name, str):
-                continue
-            ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-            key = ObjectKey(gk.group, gk.kind, ns if isinstance(ns, str) else "", name)
-            for bucket, member in _edges(key, obj):
-                buckets.setdefault(bucket, set()).add(member)
-    return HierarchyIndex({b: frozenset(m) for b, m in buckets.items()})
-
-
-class _Cached:
-    """One store's index, marked stale by the store's change feed (hierarchy kinds only)."""
-
-    __slots__ = ("index", "stale")
-
-    def __init__(self) -> None:
-        self.index: HierarchyIndex | None = None
-        self.stale = True
-
-    def on_change(self, key: ObjectKey, old: object, new: object) -> None:
-        if key.group_kind in _HIERARCHY_KINDS:
-            self.stale = True
-
-
-_CACHE: WeakKeyDictionary[Store, _Cached] = WeakKeyDictionary()
-
-
-def index_for(view: ClusterView) -> HierarchyIndex:
-    """The index of a view: cached per Store, layered for an overlay, else built afresh."""
-    if isinstance(view, OverlayView):
-        return index_for(view.base).overlaid(view.changes())
-    if not isinstance(view, Store):
-        return build_index(view)
-    cached = _CACHE.get(view)
-    if cached is None:
-        cached = _Cached()
-        view.subscribe(cached.on_change)
-        _CACHE[view] = cached
-    if cached.stale or cached.index is None:
-        cached.index = build_index(view)
-        cached.stale = False
-    return cached.index
 
 
 def affected_by(
