@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 from engine_fixtures import CRDS, gateway, route, store_of
 
 from webhook.core import derived, hierarchy
@@ -90,20 +89,28 @@ def test_an_overlay_of_a_policy_shares_the_stores_contexts_not_its_engine_memo()
     assert own is not engine and derived.engine_memo(overlay) is own
 
 
-def test_an_overlay_of_a_hierarchy_object_computes_contexts_afresh() -> None:
-    store, _, _ = warm()
+def test_an_overlay_of_a_hierarchy_object_computes_contexts_afresh_but_shares_engine_work() -> None:
+    """A route as submitted to /mutate: new contexts, the same policies everywhere."""
+    store, _, engine = warm()
     moved = copy.deepcopy(dict(store.get(R1) or {}))
     moved["spec"]["parentRefs"] = []
     overlay = OverlayView(store, upserts=[moved])
     assert derived.structure_memo(overlay) is None
+    assert derived.engine_memo(overlay) is engine
     assert hierarchy.contexts_of(R1, overlay) == []
     assert hierarchy.contexts_of(R1, store) != []  # the store's memo is untouched
 
 
-def test_a_full_memo_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_memo_starts_over() -> None:
     store, structure, _ = warm()
-    monkeypatch.setattr(derived, "MAX_ENTRIES", 0)
-    assert derived.structure_memo(store) is not structure
+    structure.limit = 0  # as if the cluster had grown past its bound
+    fresh = derived.structure_memo(store)
+    assert fresh is not structure and fresh is not None and not fresh.contexts
+
+
+def test_the_memo_bound_grows_with_the_store() -> None:
+    small, large = store_of(CRDS), store_of(CRDS, STATE)
+    assert derived.entry_limit(large) > derived.entry_limit(small) >= derived.MIN_ENTRIES
 
 
 def test_a_relist_of_unchanged_objects_is_no_write() -> None:

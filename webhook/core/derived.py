@@ -15,7 +15,8 @@ Two memos, because their inputs differ:
 Validity is checked against the store's revisions on every access, never pushed by listeners,
 so no subscription order can let a reader see a memo of the state before a write. A view that
 is not a `Store` (a test's own) gets a fresh memo per call; an `OverlayView` shares its base's
-structure memo when it overlays no hierarchy object, and keeps an engine memo of its own.
+structure memo when it overlays no hierarchy object, and its engine memo when it overlays
+no policy, CRD or ReferenceGrant (a route submitted to `/mutate`); else it keeps its own.
 Pure and synchronous, like the store: one thread.
 """
 
@@ -43,9 +44,16 @@ STRUCTURAL_KINDS: frozenset[GroupKind] = frozenset(
     }
 )
 
-# Past this many entries a memo starts over: a bound on memory for clusters far beyond the
-# benchmark's (15,000 annotated objects), paid as recomputation, never as a wrong answer.
-MAX_ENTRIES = 200_000
+# A memo starts over past this many entries per object in the store (plus a floor): a bound on
+# memory that grows with the cluster, as the memo does (about 5 structure and 3 engine entries
+# per object at the benchmark's shape), paid as recomputation, never as a wrong answer. A fixed
+# bound made growth superlinear: past it, memos started over on every access.
+ENTRIES_PER_OBJECT = 20
+MIN_ENTRIES = 50_000
+
+
+def entry_limit(store: Store) -> int:
+    return MIN_ENTRIES + ENTRIES_PER_OBJECT * store.size()
 
 
 @dataclass(slots=True)
@@ -53,6 +61,7 @@ class StructureMemo:
     """Contexts per object, and what each parentRef gives a route (see `hierarchy`)."""
 
     revision: int
+    limit: int
     checked: int = -1  # the store revision at which it was last found valid
     contexts: dict[ObjectKey, tuple[Any, ...]] = field(default_factory=dict)
     parents: dict[Any, list[Any]] = field(default_factory=dict)
@@ -72,7 +81,7 @@ class StructureMemo:
             + len(self.paths)
             + len(self.backends)
             + self.reached
-            > MAX_ENTRIES
+            > self.limit
         )
 
 
@@ -81,6 +90,7 @@ class EngineMemo:
     """Per-state results of the precedence engine (see `effective`) and of `summary`."""
 
     revision: int
+    limit: int
     attached: dict[ObjectKey, list[Any]] = field(default_factory=dict)
     by_rung: dict[Any, dict[GroupKind, list[Any]]] = field(default_factory=dict)
     leaves: dict[Any, Any] = field(default_factory=dict)
@@ -89,8 +99,7 @@ class EngineMemo:
 
     def full(self) -> bool:
         return (
-            len(self.attached) + len(self.by_rung) + len(self.boards) + len(self.dumps)
-            > MAX_ENTRIES
+            len(self.attached) + len(self.by_rung) + len(self.boards) + len(self.dumps) > self.limit
         )
 
 
@@ -117,7 +126,7 @@ def structure_memo(view: ClusterView) -> StructureMemo | None:
     if memo.checked == view.revision and not memo.full():
         return memo  # no write since the last look: the common case, made cheap
     if memo.revision < view.last_change(STRUCTURAL_KINDS) or memo.full():
-        memo = memos.structure = StructureMemo(view.revision)
+        memo = memos.structure = StructureMemo(view.revision, entry_limit(view))
     memo.checked = view.revision
     return memo
 
@@ -126,23 +135,41 @@ def engine_memo(view: ClusterView) -> EngineMemo:
     """The engine memo valid for `view` now; a fresh one where none can be kept."""
     root = _root_store(view)
     if root is None:
-        return EngineMemo(-1)
+        return EngineMemo(-1, MIN_ENTRIES)
+    while isinstance(view, OverlayView) and not _touches_engine(view):
+        view = view.base  # a route or Gateway as submitted: the engine reads none of it
     if isinstance(view, OverlayView):
         memo = _BY_OVERLAY.get(view)
         if memo is None or memo.revision != root.revision or memo.full():
-            memo = _BY_OVERLAY[view] = EngineMemo(root.revision)
+            memo = _BY_OVERLAY[view] = EngineMemo(root.revision, MIN_ENTRIES)
         return memo
     memos = _memos(root)
     if memos.engine.revision != root.revision or memos.engine.full():
-        memos.engine = EngineMemo(root.revision)
+        memos.engine = EngineMemo(root.revision, entry_limit(root))
     return memos.engine
+
+
+# What the engine memo is made of: policies (attached, by rung, their leaves and boards), the
+# kinds' profiles (CRDs) and ReferenceGrants (cross-namespace targets). Nothing structural.
+_ENGINE_INPUTS = frozenset({kinds.CRD, kinds.REFERENCE_GRANT})
+
+
+def _touches_engine(overlay: OverlayView) -> bool:
+    """Whether the overlay replaces a policy, a CRD or a ReferenceGrant (in either view)."""
+    return any(
+        key.group_kind in _ENGINE_INPUTS
+        or overlay.policy(key) is not None
+        or overlay.base.policy(key) is not None
+        for key in overlay.overlaid
+    )
 
 
 def _memos(store: Store) -> _StoreMemos:
     memos = _BY_STORE.get(store)
     if memos is None:
+        limit = entry_limit(store)
         memos = _BY_STORE[store] = _StoreMemos(
-            StructureMemo(store.revision), EngineMemo(store.revision)
+            StructureMemo(store.revision, limit), EngineMemo(store.revision, limit)
         )
     return memos
 

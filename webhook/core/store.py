@@ -168,6 +168,10 @@ class Store:
     def all_kinds(self) -> Iterator[GroupKind]:
         return iter(self._by_kind)
 
+    def size(self) -> int:
+        """Objects held, of every kind."""
+        return sum(len(objs) for objs in self._by_kind.values())
+
     def count(self, gk: GroupKind) -> int:
         return len(self._by_kind.get(gk, {}))
 
