@@ -34,7 +34,10 @@ AffectedListener = Callable[
     [ObjectKey, Mapping[str, Any] | None, Mapping[str, Any] | None, frozenset[ObjectKey]], None
 ]
 
-DEFAULT_MAXSIZE = 65_536  # objects; an entry is one annotation string (≤ 16 KiB, most far less)
+# Objects (--cache-max-objects); an entry is one annotation string (≤ 16 KiB, most far less).
+# Past it entries are evicted, least recently used first: still right, but a policy change on
+# an evicted object costs a whole recomputation instead of its kind's piece.
+DEFAULT_MAXSIZE = 65_536
 DEFAULT_TTL = 600.0  # seconds; a safety net only, so long: correctness never waits for it
 
 

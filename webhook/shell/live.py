@@ -51,7 +51,7 @@ async def running(
     source = informers.ClusterSource(
         api, store, keep_annotation=settings.annotation_key, metrics=metrics, readiness=readiness
     )
-    cache = SummaryCache(store, settings)
+    cache = SummaryCache(store, settings, maxsize=args.cache_max_objects)
     reconciler: Reconciler | None = None
     elector: LeaderElector | None = None
     exporter = _Exporter(

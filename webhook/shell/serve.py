@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from webhook.core.cache import DEFAULT_MAXSIZE
 from webhook.core.profiles import OperatorConfig
 from webhook.core.settings import Settings
 from webhook.core.store import Store
@@ -74,6 +75,8 @@ def add_flags(
         help="patches that may go at once before --reconcile-qps applies")  # fmt: skip
     add("--resync-seconds", type=float, default=float(env("--resync-seconds", 600.0)),
         help="how often the leader re-checks every object's annotation (a safety net)")  # fmt: skip
+    add("--cache-max-objects", type=int, default=int(env("--cache-max-objects", DEFAULT_MAXSIZE)),
+        help="objects whose annotation value is cached; size it above the annotated objects")  # fmt: skip
     add("--lease-duration-seconds", type=float, default=float(env("--lease-duration-seconds", 15.0)),
         help="how long a Lease holder may go silent before another replica takes over")  # fmt: skip
     add("--max-state-age-seconds", type=float, default=float(env("--max-state-age-seconds", 900.0)),
