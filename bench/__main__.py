@@ -1,6 +1,6 @@
 """`python -m bench` (`make bench`): every benchmark, then results.json, the plot and the page.
 
-    python -m bench                  # everything, about 15 minutes on 2 cores
+    python -m bench                  # everything, about 6 minutes on 2 cores
     python -m bench --quick          # everything, small sizes and short runs (about 2 minutes)
     python -m bench http scale       # some parts only (growth, profile, choices, report)
 

@@ -120,7 +120,7 @@ def _reproduce() -> list[str]:
         "## How to reproduce",
         "",
         "```sh",
-        "make bench                          # = .venv/bin/python -m bench: every part, ~15 minutes",
+        "make bench                          # = .venv/bin/python -m bench: every part, ~6 minutes",
         ".venv/bin/python -m bench --quick   # small sizes, short runs, ~2 minutes; writes bench/out/quick/",
         ".venv/bin/python -m bench http      # one part: http, scale, growth, profile, choices (or report)",
         "```",
