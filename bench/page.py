@@ -328,8 +328,9 @@ def _profile(p: Mapping[str, Any]) -> list[str]:
         "size, sampled by py-spy at 250 Hz (no "
         "instrumentation overhead); only samples inside the scenario count. *Own*: the function was "
         "running; *inclusive*: it was on the stack. `(dataclass-generated …)` are the `__init__`, "
-        "`__eq__` and `__hash__` that `@dataclass` writes for `ObjectKey`, `GroupKind`, `Rung`, "
-        "`Source`, `ContextResult` and friends. Full tables: `bench/out/profile-*.txt`.",
+        "`__eq__` and `__hash__` that `@dataclass` writes for `Source`, `Loser`, `Policy` and "
+        "friends; `(namedtuple-generated __new__)` builds an `ObjectKey`, `GroupKind`, `Rung` or "
+        "`ContextResult`. Full tables: `bench/out/profile-*.txt`.",
         "",
     ]
     for name, result in scenarios.items():

@@ -182,7 +182,9 @@ def _frame_name(frame: str) -> str:
         return frame
     fn, path = match["fn"], match["file"].rsplit(":", 1)[0]
     if path == "<string>" and fn.startswith("__create_fn__.<locals>."):
-        return f"(dataclass-generated {fn.rsplit('.', 1)[1]})"  # ObjectKey, Rung, GroupKind, ...
+        return f"(dataclass-generated {fn.rsplit('.', 1)[1]})"  # Source, Policy, Loser, ...
+    if path == "<string>" and fn == "<lambda>":
+        return "(namedtuple-generated __new__)"  # ObjectKey, Rung, GroupKind, ContextResult
     return f"{_short_path(path)}:{fn}"
 
 
