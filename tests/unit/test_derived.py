@@ -7,10 +7,14 @@ the cache property's job (test_cache.py); here, which write keeps or drops which
 from __future__ import annotations
 
 import copy
+from typing import Any
 
+import test_cache
 from engine_fixtures import CRDS, gateway, route, store_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from webhook.core import derived, hierarchy
+from webhook.core import derived, effective, hierarchy, summary
 from webhook.core.overlay import OverlayView
 from webhook.core.refs import ObjectKey
 from webhook.core.store import Store
@@ -139,3 +143,70 @@ def test_reach_below_a_target_is_kept_until_the_hierarchy_changes() -> None:
     moved["spec"]["parentRefs"] = []
     store.upsert(moved)  # r1 leaves the Gateway
     assert hierarchy.affected_by(gw, None, store) == {gw}
+
+
+# --- an overlay of policies layered on the store's memo -------------------------------------------
+
+POLICY_CHANGES = st.one_of(
+    st.tuples(st.just("upsert"), test_cache.policy_docs()),
+    st.tuples(st.just("edit"), test_cache.policy_docs()),  # new values, same targets
+    st.tuples(st.just("delete"), st.integers(0, 5)),
+)
+
+
+def edited(store: Store, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """`doc`'s values on an existing policy of its kind, keeping that one's name and targets:
+    the same rungs, other values — the change a board keyed by rungs alone would miss."""
+    same_kind = sorted(k for k in (p.key for p in store.policies()) if k.kind == doc["kind"])
+    if not same_kind:
+        return None
+    existing = store.get(same_kind[0]) or {}
+    out = copy.deepcopy(doc)
+    out["metadata"] = {**out["metadata"], **existing["metadata"]}
+    out["spec"]["targetRefs"] = copy.deepcopy(existing["spec"]["targetRefs"])
+    return out
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    start=st.lists(
+        st.one_of(st.tuples(st.just("upsert"), test_cache.policy_docs()), test_cache.OPS),
+        max_size=6,
+    ),
+    change=POLICY_CHANGES,
+)
+def test_an_overlay_computes_what_the_changed_cluster_would(
+    start: list[test_cache.Op], change: tuple[str, Any]
+) -> None:
+    """What admission computes on "the cluster with this policy" (an overlay that reuses the
+    store's warm memos) equals a computation on a store that holds the change for real."""
+    store = test_cache.base_store()
+    for op in start:
+        test_cache.apply(store, op)
+    keys = test_cache.annotated(store)
+    for key in keys:  # warm every memo of the store
+        effective.compute(key, store)
+        summary.summarize(key, store, test_cache.SETTINGS)
+    after = test_cache.rebuilt(store)
+    if change[0] in ("upsert", "edit"):
+        doc = change[1] if change[0] == "upsert" else edited(store, change[1])
+        if doc is None:
+            return
+        overlay = OverlayView(store, upserts=[doc])
+        after.upsert(doc)
+    else:
+        policies = sorted(p.key for p in store.policies())
+        if not policies:
+            return
+        gone = policies[change[1] % len(policies)]
+        overlay = OverlayView(store, deletes=[gone])
+        after.delete(gone)
+    for key in keys:
+        assert effective.compute(key, overlay) == effective.compute(key, after), key
+        assert summary.summarize(key, overlay, test_cache.SETTINGS) == summary.summarize(
+            key, after, test_cache.SETTINGS
+        ), key
