@@ -16,7 +16,8 @@ Validity is checked against the store's revisions on every access, never pushed 
 so no subscription order can let a reader see a memo of the state before a write. A view that
 is not a `Store` (a test's own) gets a fresh memo per call; an `OverlayView` shares its base's
 structure memo when it overlays no hierarchy object, and its engine memo when it overlays
-no policy, CRD or ReferenceGrant (a route submitted to `/mutate`); else it keeps its own.
+no policy, CRD or ReferenceGrant (a route submitted to `/mutate`); an overlay of policies (a
+policy under review) layers its own entries for what they touch over its base's memo.
 Pure and synchronous, like the store: one thread.
 """
 
