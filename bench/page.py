@@ -412,6 +412,13 @@ def _choices(parts: Mapping[str, Any], flat: Mapping[str, float]) -> list[str]:
         "- **The reach of a wide policy kept with the contexts** (adopted): validation of a "
         f"Gateway- or Namespace-wide policy at 1{X}, median 7.7 → 3.2 ms once its target's reach "
         "is known; the first review of a target still walks the tree.",
+        f"- **Overlays share the store's engine memo** (adopted): a route under /mutate shares "
+        f"it whole; a policy under review layers its own entries for what it touches. At 1{X}, "
+        "alternating: validation median 0.36 → 0.29 ms CPU, /mutate throughput vs the no-op "
+        "0.16 → 0.22.",
+        "- **A memo bound that grows with the store** (adopted): a fixed bound of 200,000 "
+        f"entries, passed between 2{X} and 4{X}, made memos start over on every access (fan-out "
+        f"6.0 s at 4{X}; 2.25 s with the bound at 50,000 + 20 per object).",
         "- **`gc.freeze()` after the first sync** (measured, not adopted): fan-out and cold "
         "summaries unchanged within noise.",
     ]
