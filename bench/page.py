@@ -71,6 +71,7 @@ def render(
         "here; `--quick` numbers are for checking the harness.",
         "",
     ]
+    out += _not_met(flat)
     out += _code(parts)
     out += _reproduce()
     if "http" in parts:
@@ -90,6 +91,59 @@ def render(
         out += _profile(parts["profile"])
     out += _choices(parts, flat)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _not_met(flat: Mapping[str, float]) -> list[str]:
+    """Why the targets still missed are missed, from this run's own figures."""
+    need = (
+        "http_validate_core_ms_per_request",
+        "http_validate_stack_ms_per_request",
+        "http_noop_validate_cpu_ms_per_request",
+        "http_mutate_core_ms_per_request",
+        "http_mutate_stack_ms_per_request",
+        "http_noop_mutate_cpu_ms_per_request",
+        "scale_validate_cat_valid_gateway_median_ms",
+        "scale_validate_cat_valid_namespace_median_ms",
+        "scale_validate_light_p99_ms",
+    )
+    if any(name not in flat for name in need):
+        return []
+    f = flat
+    ceiling_validate = f["http_noop_validate_cpu_ms_per_request"] / (
+        f["http_noop_validate_cpu_ms_per_request"] + f["http_validate_core_ms_per_request"]
+    )
+    ceiling_mutate = f["http_noop_mutate_cpu_ms_per_request"] / (
+        f["http_noop_mutate_cpu_ms_per_request"] + f["http_mutate_core_ms_per_request"]
+    )
+    return [
+        "## What is not met, and why",
+        "",
+        "- **Throughput against the no-op.** The no-op spends "
+        f"{_n(f['http_noop_validate_cpu_ms_per_request'])} ms of CPU per request (aiohttp and "
+        "TLS); a /validate decision spends "
+        f"{_n(f['http_validate_core_ms_per_request'])} ms in the core (rules, then the engine for "
+        "PA-C01…C04: the effective policy before and after on up to 25 affected objects) and "
+        f"{_n(f['http_validate_stack_ms_per_request'])} ms in our serving code, a /mutate "
+        f"{_n(f['http_mutate_core_ms_per_request'])} + "
+        f"{_n(f['http_mutate_stack_ms_per_request'])} ms. With a serving stack as cheap as the "
+        f"no-op's, the ratios could reach {_ratio(ceiling_validate)} and "
+        f"{_ratio(ceiling_mutate)}; 0.8{X} and 0.7{X} would need a decision within a fraction of "
+        "the no-op's own cost — not a Python engine that computes effective policies per "
+        "review. The core is where the remaining work is (§2, *Where the time goes*).",
+        "- **Validation p99.** The p99 of the mix is the Gateway- and Namespace-wide policies "
+        f"(6% of it): median {_n(f['scale_validate_cat_valid_gateway_median_ms'])} and "
+        f"{_n(f['scale_validate_cat_valid_namespace_median_ms'])} ms, most of it walking the "
+        "thousands of objects below a target seen for the first time (kept afterwards) and the "
+        "25-object impact preview; without them the p99 is "
+        f"{_n(f['scale_validate_light_p99_ms'])} ms. Bounding that walk, or knowing every "
+        "rung's reach from the contexts already computed, is the next step.",
+        "- **Growth of cold summaries and fan-out** (at or just past 1.15): the cost per object "
+        f"rises by a fifth to a half from 1{X} to 8{X} while the work per object does not (the same "
+        "contexts and policies per object at every size); the load into the store, plain "
+        "dictionary inserts, grows the same way. Our reading — memory caches missed more often "
+        "as the heap grows from 0.3 to 1.6 GB — is a hypothesis, not a measurement.",
+        "",
+    ]
 
 
 def _code(parts: Mapping[str, Any]) -> list[str]:
