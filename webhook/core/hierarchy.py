@@ -26,7 +26,7 @@ Decisions where SPEC §4 is silent (docs/decisions.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -330,7 +330,7 @@ def _affected_by(
         out.add(target)
     if not inherited:
         return out
-    memo = _Memo()
+    memo = _Memo(structure=derived.structure_memo(view))
     frontier = [Rung(target, section)]
     seen: set[Rung] = set()
     while frontier:
@@ -346,15 +346,31 @@ def _affected_by(
 
 @dataclass(slots=True)
 class _Memo:
-    """Route contexts found during one fan-out, and what each parentRef gave."""
+    """Route contexts and backendRefs found during one walk, and what each parentRef gave.
 
-    routes: dict[ObjectKey, list[Context]] = field(default_factory=dict)
+    A walk visits thousands of routes: the view's structure memo is looked up once, here,
+    and read directly (its tuples, not the copies `contexts_of` hands out).
+    """
+
+    structure: derived.StructureMemo | None
+    routes: dict[ObjectKey, Sequence[Context]] = field(default_factory=dict)
     parents: ParentMemo = field(default_factory=dict)
+
+    def contexts(self, route: ObjectKey, view: ClusterView) -> Sequence[Context]:
+        found = self.routes.get(route)
+        if found is None:
+            known = self.structure.contexts if self.structure is not None else {}
+            found = known.get(route)
+            if found is None:
+                found = route_contexts(route, view, self.parents)
+            self.routes[route] = found
+        return found
 
     def backends(
         self, route: ObjectKey, obj: Mapping[str, Any], view: ClusterView
     ) -> list[BackendRef]:
-        return route_backends(route, obj, view)
+        found = self.structure.backends.get(route) if self.structure is not None else None
+        return found if found is not None else route_backends(route, obj, view)
 
 
 def _children(
@@ -362,10 +378,8 @@ def _children(
 ) -> Iterator[ObjectKey]:
     key, gk = rung.key, rung.key.group_kind
 
-    def contexts_of_route(route: ObjectKey) -> list[Context]:
-        if route not in memo.routes:
-            memo.routes[route] = route_contexts(route, view, memo.parents)
-        return memo.routes[route]
+    def contexts_of_route(route: ObjectKey) -> Sequence[Context]:
+        return memo.contexts(route, view)
 
     if gk == kinds.NAMESPACE:
         yield from (k for k in index.in_namespace(key.name) if view.get(k) is not None)
