@@ -26,8 +26,7 @@ Decisions where SPEC §4 is silent (docs/decisions.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from webhook.core import derived, kinds
@@ -111,16 +110,36 @@ def contexts_of(
     """Every context that ends at `key` (or at one of its sections, for Service ports)."""
     if incoming is not None:
         view = OverlayView(view, upserts=[incoming])
-    memo = derived.structure_memo(view)
-    if memo is None:
-        return list(_contexts(key, view, {}))
+    return list(_known_contexts(key, view, _memo_for(view)))
+
+
+def _memo_for(view: ClusterView) -> derived.StructureMemo:
+    """The view's structure memo; where none can be shared (an overlay that replaces a
+    hierarchy object), a scratch one that lives as long as the call that asked for it."""
+    return derived.structure_memo(view) or derived.StructureMemo(-1, derived.MIN_ENTRIES)
+
+
+def _known_contexts(
+    key: ObjectKey, view: ClusterView, memo: derived.StructureMemo
+) -> tuple[Context, ...]:
     found = memo.contexts.get(key)
     if found is None:
-        found = memo.contexts[key] = _contexts(key, view, memo.parents)
-    return list(found)
+        found = memo.contexts[key] = _contexts(key, view, memo)
+    return found
 
 
-def _contexts(key: ObjectKey, view: ClusterView, parents: ParentMemo) -> tuple[Context, ...]:
+def _backends(
+    route: ObjectKey, obj: Mapping[str, Any], memo: derived.StructureMemo
+) -> list[BackendRef]:
+    found = memo.backends.get(route)
+    if found is None:
+        found = memo.backends[route] = backend_refs(route, obj)
+    return found
+
+
+def _contexts(
+    key: ObjectKey, view: ClusterView, memo: derived.StructureMemo
+) -> tuple[Context, ...]:
     obj = view.get(key)
     if obj is None:
         return ()
@@ -133,32 +152,12 @@ def _contexts(key: ObjectKey, view: ClusterView, parents: ParentMemo) -> tuple[C
     elif gk == kinds.LISTENER_SET:
         found = _listener_set_contexts(key, obj, view)
     elif gk in kinds.ROUTE_KINDS:
-        found = _route_contexts(key, obj, view, parents)
+        found = _route_contexts(key, obj, view, memo.parents)
     elif gk == kinds.SERVICE:
-        found = _service_contexts(key, obj, view, parents)
+        found = _service_contexts(key, obj, view, memo)
     else:
         found = []
     return tuple(sort_contexts(found))
-
-
-def route_backends(route: ObjectKey, obj: Mapping[str, Any], view: ClusterView) -> list[BackendRef]:
-    """`backend_refs` of a route, from the structure memo when the view has one."""
-    memo = derived.structure_memo(view)
-    if memo is None:
-        return backend_refs(route, obj)
-    found = memo.backends.get(route)
-    if found is None:
-        found = memo.backends[route] = backend_refs(route, obj)
-    return found
-
-
-def route_contexts(route: ObjectKey, view: ClusterView, parents: ParentMemo) -> list[Context]:
-    """A route's own contexts, from the structure memo when the view has one."""
-    memo = derived.structure_memo(view)
-    if memo is not None:
-        return contexts_of(route, view)
-    obj = view.get(route)
-    return _route_contexts(route, obj, view, parents) if obj is not None else []
 
 
 def with_sections(
@@ -232,9 +231,8 @@ ParentMemo = dict[tuple[ParentRef, str, str], list[Context]]
 
 
 def _route_contexts(
-    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: ParentMemo | None = None
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: ParentMemo
 ) -> list[Context]:
-    memo = {} if memo is None else memo
     out: list[Context] = []
     tail = (namespace_rung(key.namespace), Rung(key))
     for ref in parent_refs(key, obj):
@@ -270,7 +268,7 @@ def _parent_contexts(ref: ParentRef, route: ObjectKey, view: ClusterView) -> lis
 
 
 def _service_contexts(
-    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, parents: ParentMemo
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: derived.StructureMemo
 ) -> list[Context]:
     ports: dict[int, str] = {}
     for item in kinds.section_items(kinds.SERVICE, obj):
@@ -283,8 +281,11 @@ def _service_contexts(
         route_obj = view.get(route)
         if route_obj is None:
             continue
-        found = route_backends(route, route_obj, view)
-        refs = [b for b in found if b.key == key and backend_allowed(route, b, view)]
+        refs = [
+            b
+            for b in _backends(route, route_obj, memo)
+            if b.key == key and backend_allowed(route, b, view)
+        ]
         if not refs:
             continue
         # What follows the route's context, per backendRef: built once, shared by every context.
@@ -293,7 +294,7 @@ def _service_contexts(
             rule = (Rung(route, ref.rule),) if ref.rule else ()
             port = ports.get(ref.port) if ref.port is not None else None
             tails.append((*rule, *standalone, *((Rung(key, port),) if port else ())))
-        out.extend((*ctx, *tail) for ctx in route_contexts(route, view, parents) for tail in tails)
+        out.extend((*ctx, *tail) for ctx in _known_contexts(route, view, memo) for tail in tails)
     return out or [standalone]
 
 
@@ -311,18 +312,22 @@ def affected_by(
     """
     structure = derived.structure_memo(view)
     if structure is None:
-        return _affected_by(target, section, view, inherited)
+        return _affected_by(target, section, view, inherited, _memo_for(view))
     # Who lies below a rung is structure only: kept until a hierarchy object changes, so a
     # wide policy's impact preview and fan-out walk the tree once, not on every review.
     found = structure.reach.get((target, section, inherited))
     if found is None:
-        found = frozenset(_affected_by(target, section, view, inherited))
+        found = frozenset(_affected_by(target, section, view, inherited, structure))
         structure.remember_reach((target, section, inherited), found)
     return set(found)
 
 
 def _affected_by(
-    target: ObjectKey, section: str | None, view: ClusterView, inherited: bool
+    target: ObjectKey,
+    section: str | None,
+    view: ClusterView,
+    inherited: bool,
+    memo: derived.StructureMemo,
 ) -> set[ObjectKey]:
     index = index_for(view)
     out: set[ObjectKey] = set()
@@ -330,7 +335,6 @@ def _affected_by(
         out.add(target)
     if not inherited:
         return out
-    memo = _Memo(structure=derived.structure_memo(view))
     frontier = [Rung(target, section)]
     seen: set[Rung] = set()
     while frontier:
@@ -344,42 +348,15 @@ def _affected_by(
     return out
 
 
-@dataclass(slots=True)
-class _Memo:
-    """Route contexts and backendRefs found during one walk, and what each parentRef gave.
-
-    A walk visits thousands of routes: the view's structure memo is looked up once, here,
-    and read directly (its tuples, not the copies `contexts_of` hands out).
-    """
-
-    structure: derived.StructureMemo | None
-    routes: dict[ObjectKey, Sequence[Context]] = field(default_factory=dict)
-    parents: ParentMemo = field(default_factory=dict)
-
-    def contexts(self, route: ObjectKey, view: ClusterView) -> Sequence[Context]:
-        found = self.routes.get(route)
-        if found is None:
-            known = self.structure.contexts if self.structure is not None else {}
-            found = known.get(route)
-            if found is None:
-                found = route_contexts(route, view, self.parents)
-            self.routes[route] = found
-        return found
-
-    def backends(
-        self, route: ObjectKey, obj: Mapping[str, Any], view: ClusterView
-    ) -> list[BackendRef]:
-        found = self.structure.backends.get(route) if self.structure is not None else None
-        return found if found is not None else route_backends(route, obj, view)
-
-
 def _children(
-    rung: Rung, view: ClusterView, index: HierarchyIndex, memo: _Memo
+    rung: Rung, view: ClusterView, index: HierarchyIndex, memo: derived.StructureMemo
 ) -> Iterator[ObjectKey]:
+    """A walk visits thousands of routes: it reads the structure memo it was given directly
+    (its tuples, not the copies `contexts_of` hands out), and fills it as it goes."""
     key, gk = rung.key, rung.key.group_kind
 
-    def contexts_of_route(route: ObjectKey) -> Sequence[Context]:
-        return memo.contexts(route, view)
+    def contexts_of_route(route: ObjectKey) -> tuple[Context, ...]:
+        return _known_contexts(route, view, memo)
 
     if gk == kinds.NAMESPACE:
         yield from (k for k in index.in_namespace(key.name) if view.get(k) is not None)
@@ -398,7 +375,7 @@ def _children(
         obj = view.get(key)
         if obj is None or not contexts_of_route(key):
             return
-        for backend in memo.backends(key, obj, view):
+        for backend in _backends(key, obj, memo):
             if rung.section is not None and backend.rule != rung.section:
                 continue
             if view.get(backend.key) is not None and backend_allowed(key, backend, view):
