@@ -23,7 +23,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from webhook.core import dependencies, derived, effective, hierarchy_index, summary
+from webhook.core import dependencies, hierarchy_index, summary
 from webhook.core.overlay import OverlayView
 from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.settings import Settings
@@ -93,33 +93,16 @@ class SummaryCache:
         return entry.value
 
     def _computed(self, key: ObjectKey) -> _Entry:
-        results = effective.compute(key, self._store, with_losers=False)
-        pieces = summary.pieces_of(results, derived.engine_memo(self._store).dumps)
-        return self._fitted(key, pieces) or _Entry(self._render(results), None)
+        return _Entry(*summary.summarize_in_pieces(key, self._store, self._settings))
 
     def _refreshed(self, key: ObjectKey, entry: _Entry) -> _Entry:
         """The entry with its stale kinds' pieces recomputed, the others kept as they were."""
         pieces = summary.pieces_in(entry.value or "", entry.spans or {})
-        memo = derived.engine_memo(self._store).dumps
         for gk in entry.stale:
-            results = effective.compute(key, self._store, with_losers=False, only=gk)
             pieces.pop(str(gk), None)
-            pieces.update(summary.pieces_of(results, memo))
-        return self._fitted(key, pieces) or self._computed(key)
-
-    def _fitted(self, key: ObjectKey, pieces: summary.Pieces) -> _Entry | None:
-        """An entry for the assembled value, or None when it is over the cap (truncated)."""
-        value, spans = summary.assemble(pieces)
-        if value is not None and summary.size(value) > self._settings.annotation_max_bytes:
-            return None
-        return _Entry(value, spans)
-
-    def _render(self, results: list[effective.KindResult]) -> str | None:
-        return summary.render(
-            results,
-            max_bytes=self._settings.annotation_max_bytes,
-            memo=derived.engine_memo(self._store).dumps,
-        )
+            pieces.update(summary.kind_pieces(key, self._store, gk))
+        fitted = summary.fit(pieces, self._settings.annotation_max_bytes)
+        return _Entry(*fitted) if fitted is not None else self._computed(key)
 
     def __len__(self) -> int:
         return len(self._entries)

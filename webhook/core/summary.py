@@ -17,7 +17,7 @@ import orjson
 
 from webhook.core import derived, effective
 from webhook.core.overlay import OverlayView
-from webhook.core.refs import ObjectKey
+from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.settings import Settings
 from webhook.core.store import ClusterView
 
@@ -34,9 +34,22 @@ def summarize(
     """The annotation value for one object, or None when no policy reaches it."""
     if incoming is not None:
         view = OverlayView(view, upserts=[incoming])
+    return summarize_in_pieces(key, view, settings)[0]
+
+
+def summarize_in_pieces(
+    key: ObjectKey, view: ClusterView, settings: Settings
+) -> tuple[str | None, Spans | None]:
+    """The value and where each kind's piece lies in it (None: truncated, no pieces)."""
     results = effective.compute(key, view, with_losers=False)
     memo = derived.engine_memo(view).dumps
-    return render(results, max_bytes=settings.annotation_max_bytes, memo=memo)
+    return _rendered(results, settings.annotation_max_bytes, memo)
+
+
+def kind_pieces(key: ObjectKey, view: ClusterView, gk: GroupKind) -> Pieces:
+    """The piece of one kind for one object ({} when that kind no longer reaches it)."""
+    results = effective.compute(key, view, with_losers=False, only=gk)
+    return pieces_of(results, derived.engine_memo(view).dumps)
 
 
 # A shared board's JSON, kept for as long as the engine keeps the board (`derived`): the
@@ -51,13 +64,18 @@ def render(
     max_bytes: int,
     memo: dict[tuple[int, int], Dumped] | None = None,
 ) -> str | None:
-    if not results:
-        return None
-    memo = memo if memo is not None else {}
-    text, _ = assemble(pieces_of(results, memo))
-    if text is not None and _size(text) <= max_bytes:
-        return text
-    return dump(_truncated(summary_value(results, memo), max_bytes))
+    return _rendered(results, max_bytes, memo if memo is not None else {})[0]
+
+
+def _rendered(
+    results: Sequence[effective.KindResult],
+    max_bytes: int,
+    memo: dict[tuple[int, int], Dumped],
+) -> tuple[str | None, Spans | None]:
+    fitted = fit(pieces_of(results, memo), max_bytes)
+    if fitted is not None:
+        return fitted
+    return dump(_truncated(summary_value(results, memo), max_bytes)), None
 
 
 # The value is assembled from one piece per kind — the JSON of `policies[kind]` — so that the
@@ -89,6 +107,14 @@ def assemble(pieces: Pieces) -> tuple[str | None, Spans]:
         parts += (head, pieces[name])
     parts.append(f'}},"truncated":false,"version":{VERSION}}}')
     return "".join(parts), spans
+
+
+def fit(pieces: Pieces, max_bytes: int) -> tuple[str | None, Spans] | None:
+    """The assembled value and its spans, or None when it is over the cap (to be truncated)."""
+    value, spans = assemble(pieces)
+    if value is not None and size(value) > max_bytes:
+        return None
+    return value, spans
 
 
 def pieces_in(value: str, spans: Spans) -> Pieces:
@@ -154,14 +180,14 @@ def _truncated(value: dict[str, Any], max_bytes: int) -> dict[str, Any]:
         for name, entry in value["policies"].items()
     }
     out = {"version": VERSION, "policies": kinds, "truncated": True}
-    size = _size(dump(out))
+    total = size(dump(out))
     # Drop the last context of the last kind still holding some, until it fits; each entry's
     # share of the size is its own JSON plus the comma before it, so no re-dumping is needed.
     for name in sorted(kinds, reverse=True):
         contexts = kinds[name]["contexts"]
-        while contexts and size > max_bytes:
+        while contexts and total > max_bytes:
             removed = contexts.pop()
-            size -= _size(dump(removed)) + (1 if contexts else 0)
+            total -= size(dump(removed)) + (1 if contexts else 0)
     return out
 
 
@@ -188,10 +214,6 @@ def dump(value: Any) -> str:
 
 def size(text: str) -> int:
     """The value's length in UTF-8 bytes, as the API server counts an annotation."""
-    return _size(text)
-
-
-def _size(text: str) -> int:
     # surrogatepass: a lone surrogate (valid as a JSON escape in a name) is no UTF-8, but
     # counting it as its three bytes beats a crash; the API server stores it as U+FFFD, also 3.
     return len(text.encode("utf-8", "surrogatepass"))
