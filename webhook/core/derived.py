@@ -33,17 +33,10 @@ from webhook.core.overlay import OverlayView
 from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.store import ClusterView, Store
 
-# What contexts are made of (hierarchy.py reads nothing else).
+# What contexts are made of (hierarchy.py reads nothing else): the objects on the ladder — the
+# annotated kinds — and what decides admission onto it (Namespace labels, ReferenceGrants).
 STRUCTURAL_KINDS: frozenset[GroupKind] = frozenset(
-    {
-        kinds.GATEWAY_CLASS,
-        kinds.GATEWAY,
-        kinds.LISTENER_SET,
-        *kinds.ROUTE_KINDS,
-        kinds.SERVICE,
-        kinds.NAMESPACE,
-        kinds.REFERENCE_GRANT,
-    }
+    {*kinds.ANNOTATED_KINDS, kinds.NAMESPACE, kinds.REFERENCE_GRANT}
 )
 
 # A memo starts over past this many entries per object in the store (plus a floor): a bound on
