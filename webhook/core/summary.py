@@ -9,13 +9,10 @@ whole anyway; the cap is a target for the rest, never a reason to hide which pol
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
-from webhook.core import derived, effective
+from webhook.core import compact_json, derived, effective
 from webhook.core.overlay import OverlayView
 from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.settings import Settings
@@ -195,21 +192,9 @@ def _without_sources(context: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in context.items() if k != "sources"}
 
 
-# orjson: 3.6x faster than json on summaries (bench/out/choices.json), same bytes — but for
-# dates, which it would write in its own format: passed through to `default=str` as json does.
-_ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
-
-
 def dump(value: Any) -> str:
-    """Compact JSON, keys sorted. default=str: a YAML-loaded manifest may hold dates (JSON from
-    the API server never does). What orjson refuses — a lone surrogate, a non-string key, an
-    integer beyond 64 bits, all from YAML only — json writes, as before orjson was adopted."""
-    try:
-        return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode()
-    except TypeError:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-        )
+    """Compact JSON, keys sorted: the annotation's bytes (see `compact_json` for how)."""
+    return compact_json.dumps(value, sort_keys=True)
 
 
 def size(text: str) -> int:

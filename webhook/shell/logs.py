@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-import orjson
+from webhook.core import compact_json
 
 _RESERVED = frozenset({"time", "level", "logger", "msg"})
 
@@ -50,21 +50,10 @@ class JsonFormatter(logging.Formatter):
         return _dumps(entry)
 
 
-# Values orjson would write its own way go to `default=str`, as json sends them: dataclasses
-# and datetimes (json has no encoder for either). Enum members and floats are the exceptions:
-# orjson writes a member's value and spells some floats differently (`1e16` for `1e+16`,
-# `null` for NaN); we log neither in a way where that matters.
-_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-
-
 def _dumps(entry: Mapping[str, Any]) -> str:
-    """Compact JSON, non-ASCII unescaped, with orjson; with json where orjson refuses the value
-    (a lone surrogate, an int over 64 bits, a key that is not a str)."""
-    # default=str: a stray non-JSON value must not cost us the log line.
-    try:
-        return orjson.dumps(entry, default=str, option=_ORJSON_OPTIONS).decode()
-    except orjson.JSONEncodeError:
-        return jsonlib.dumps(entry, ensure_ascii=False, default=str, separators=(",", ":"))
+    """One log line: compact JSON, non-ASCII unescaped; a stray non-JSON value goes through
+    `str` rather than cost us the line (`compact_json`)."""
+    return compact_json.dumps(entry)
 
 
 class TextFormatter(logging.Formatter):
