@@ -589,3 +589,22 @@ def test_the_property_catches_a_cache_that_refreshes_the_wrong_kind(
     apply(store, ("upsert", policy_on_gateway("gw-color", "blue")))
     with pytest.raises(AssertionError, match="stale cache entry"):
         assert_fresh(cache, store, annotated(store))
+
+
+def test_a_refresh_that_outgrows_the_cap_gives_the_truncated_value() -> None:
+    """SPEC §3.3's cap holds through the per-kind refresh too: a value that fitted, grown past
+    the cap by one kind's new piece, comes back truncated exactly as a fresh computation."""
+    store = base_store()
+    apply(store, GW_POLICY)
+    r1 = route("apps", "r1")
+    fitting = summary.summarize(r1, store, SETTINGS) or ""
+    small = Settings(annotation_max_bytes=len(fitting.encode()) + 10)
+    cache = SummaryCache(store, small)
+    assert cache.get(r1) == fitting  # under the cap: kept in pieces
+    apply(store, ("upsert", policy_on_gateway("gw-color", "x" * 200)))
+    value = cache.get(r1)
+    assert value is not None and '"truncated":true' in value
+    assert len(value.encode()) <= small.annotation_max_bytes
+    assert value == summary.summarize(r1, rebuilt(store), small)
+    apply(store, GW_POLICY)  # back under the cap: the truncated entry is recomputed whole
+    assert cache.get(r1) == fitting
