@@ -62,6 +62,9 @@ class Store:
     def __init__(self, config: OperatorConfig | None = None) -> None:
         self._config = config or OperatorConfig()
         self._by_kind: dict[GroupKind, dict[ObjectKey, Mapping[str, Any]]] = {}
+        # Every object by key as well: `get` is the engine's most frequent call (a walk below
+        # a Gateway makes thousands), and one lookup beats building a GroupKind for two.
+        self._by_key: dict[ObjectKey, Mapping[str, Any]] = {}
         self._crd_profiles: dict[GroupKind, KindProfile] = {}
         self._crd_kind: dict[ObjectKey, GroupKind] = {}  # CRD object → the kind it defines
         self._policies: dict[ObjectKey, Policy] = {}
@@ -83,6 +86,7 @@ class Store:
         bucket = self._by_kind.setdefault(key.group_kind, {})
         old = bucket.get(key)
         bucket[key] = obj
+        self._by_key[key] = obj
         self._index(key, old, obj)
         return key
 
@@ -90,6 +94,7 @@ class Store:
         bucket = self._by_kind.get(key.group_kind, {})
         old = bucket.pop(key, None)
         if old is not None:
+            del self._by_key[key]
             self._index(key, old, None)
         return old
 
@@ -153,7 +158,7 @@ class Store:
         return looks_like_policy(gk, obj, self.profile(gk))
 
     def get(self, key: ObjectKey) -> Mapping[str, Any] | None:
-        return self._by_kind.get(key.group_kind, {}).get(key)
+        return self._by_key.get(key)
 
     def objects(self, gk: GroupKind) -> Iterable[Mapping[str, Any]]:
         return self._by_kind.get(gk, {}).values()
@@ -170,7 +175,7 @@ class Store:
 
     def size(self) -> int:
         """Objects held, of every kind."""
-        return sum(len(objs) for objs in self._by_kind.values())
+        return len(self._by_key)
 
     def count(self, gk: GroupKind) -> int:
         return len(self._by_kind.get(gk, {}))
