@@ -26,7 +26,7 @@ Decisions where SPEC §4 is silent (docs/decisions.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from webhook.core import derived, kinds
@@ -335,48 +335,56 @@ def _affected_by(
         out.add(target)
     if not inherited:
         return out
-    frontier = [Rung(target, section)]
-    seen: set[Rung] = set()
+    # Below the first rung every rung is a whole object (`Rung(key)`), so the walk goes by key:
+    # one visit per object, and no Rung built for each of the thousands it passes.
+    seen: set[ObjectKey] = set()
+    frontier = list(_children(Rung(target, section), view, index, memo))
     while frontier:
-        rung = frontier.pop()
-        if rung in seen:
+        key = frontier.pop()
+        if key in seen:
             continue
-        seen.add(rung)
-        for child in _children(rung, view, index, memo):
-            out.add(child)
-            frontier.append(Rung(child))
+        seen.add(key)
+        out.add(key)
+        frontier.extend(_children(Rung(key), view, index, memo))
     return out
 
 
 def _children(
     rung: Rung, view: ClusterView, index: HierarchyIndex, memo: derived.StructureMemo
-) -> Iterator[ObjectKey]:
-    """A walk visits thousands of routes: it reads the structure memo it was given directly
-    (its tuples, not the copies `contexts_of` hands out), and fills it as it goes."""
-    key, gk = rung.key, rung.key.group_kind
+) -> list[ObjectKey]:
+    """The objects one level below `rung`, each admitted there.
 
-    def contexts_of_route(route: ObjectKey) -> tuple[Context, ...]:
-        return _known_contexts(route, view, memo)
-
-    if gk == kinds.NAMESPACE:
-        yield from (k for k in index.in_namespace(key.name) if view.get(k) is not None)
-    elif gk == kinds.GATEWAY_CLASS:
-        yield from (k for k in index.gateways_of_class(key.name) if view.get(k) is not None)
-    elif gk in (kinds.GATEWAY, kinds.LISTENER_SET, kinds.SERVICE):
+    A walk visits thousands of routes: it reads the structure memo it was given directly
+    (its tuples, not the copies `contexts_of` hands out), and fills it as it goes.
+    """
+    key = rung.key
+    gk = key.group_kind
+    get = view.get
+    if gk in kinds.ROUTE_KINDS:
+        obj = get(key)
+        if obj is None or not _known_contexts(key, view, memo):
+            return []
+        return [
+            backend.key
+            for backend in _backends(key, obj, memo)
+            if (rung.section is None or backend.rule == rung.section)
+            and get(backend.key) is not None
+            and backend_allowed(key, backend, view)
+        ]
+    if gk == kinds.SERVICE or gk == kinds.GATEWAY or gk == kinds.LISTENER_SET:
+        found = [
+            route
+            for route in index.routes_of_parent(key)
+            if any(rung in ctx for ctx in _known_contexts(route, view, memo))
+        ]
         if gk == kinds.GATEWAY and rung.section is None:
             for ls in index.listener_sets_of(key):
-                obj = view.get(ls)
+                obj = get(ls)
                 if obj is not None and listener_set_attached(ls, obj, view) is not None:
-                    yield ls
-        for route in index.routes_of_parent(key):
-            if any(rung in ctx for ctx in contexts_of_route(route)):
-                yield route
-    elif gk in kinds.ROUTE_KINDS:
-        obj = view.get(key)
-        if obj is None or not contexts_of_route(key):
-            return
-        for backend in _backends(key, obj, memo):
-            if rung.section is not None and backend.rule != rung.section:
-                continue
-            if view.get(backend.key) is not None and backend_allowed(key, backend, view):
-                yield backend.key
+                    found.append(ls)
+        return found
+    if gk == kinds.NAMESPACE:
+        return [k for k in index.in_namespace(key.name) if get(k) is not None]
+    if gk == kinds.GATEWAY_CLASS:
+        return [k for k in index.gateways_of_class(key.name) if get(k) is not None]
+    return []
