@@ -17,7 +17,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core import effective, hierarchy, kinds, leaves
 from webhook.core.effective import KindResult
@@ -175,22 +175,26 @@ def _inherited_conflict(
 def _dead_defaults(
     policy: Policy, results: Mapping[ObjectKey, KindResult | None]
 ) -> Iterable[Finding]:
-    """Default fields that an override beats in EVERY context this policy's default reaches."""
+    """Default fields that an override beats in EVERY context this policy's default reaches.
+
+    Read per group of contexts (those sharing one answer), each counting for its contexts.
+    """
     reached = 0
     beaten: dict[str, set[str]] | None = None
     for result in results.values():
-        for ctx in result.contexts if result else ():
+        for group in result.groups if result else ():
             mine = [
                 loser
-                for loser in ctx.losers
+                for loser in group.losers
                 if loser.policy == policy.ref and loser.stanza == "default"
             ]
             applies = any(
-                src.policy == policy.ref and src.stanza == "default" for src in ctx.sources.values()
+                src.policy == policy.ref and src.stanza == "default"
+                for src in group.sources.values()
             )
             if not mine and not applies:
                 continue
-            reached += 1
+            reached += len(group.indices)
             here = {
                 loser.field: {loser.by.policy or ""}
                 for loser in mine
@@ -215,19 +219,26 @@ def _beaten_by_override(
 ) -> Iterable[Finding]:
     beaten: set[str] = set()
     for result in results.values():
-        for ctx in result.contexts if result else ():
-            depth = {display: i for i, display in enumerate(r.display() for r in ctx.context)}
-            for loser in ctx.losers:
-                by = loser.by
-                if (
-                    by is None
-                    or by.policy != policy.ref
-                    or by.stanza != "override"
-                    or loser.policy == policy.ref
-                ):
-                    continue
-                if depth.get(loser.at, -1) > depth.get(by.at, len(depth)):
-                    beaten.add(loser.policy)
+        if result is None:
+            continue
+        for group in result.groups:
+            # Losers are the group's; which rung is more specific depends on each context.
+            mine = [
+                loser
+                for loser in group.losers
+                if loser.by is not None
+                and loser.by.policy == policy.ref
+                and loser.by.stanza == "override"
+                and loser.policy != policy.ref
+            ]
+            if not mine:
+                continue
+            for i in group.indices:
+                depth = {rung.display(): d for d, rung in enumerate(result.all_contexts[i])}
+                for loser in mine:
+                    assert loser.by is not None
+                    if depth.get(loser.at, -1) > depth.get(loser.by.at, len(depth)):
+                        beaten.add(loser.policy)
     if beaten:
         names = sorted(beaten)
         shown = ", ".join(names[:MAX_NAMED]) + (
@@ -260,10 +271,11 @@ def _preview(
 ) -> Iterable[Finding]:
     """One line per changed field: `changes maxRetries on 3 HTTPRoutes (apps/r1 5→3, …)`."""
     by_field: dict[str, list[_Change]] = defaultdict(list)
+    shorts: dict[int, _Shorts] = {}
     for key in sorted(after, key=_ladder_order):
         old_values, new_values = (
-            _field_values(key, before.get(key)),
-            _field_values(key, after.get(key)),
+            _field_values(key, before.get(key), shorts),
+            _field_values(key, after.get(key), shorts),
         )
         for where in sorted(old_values.keys() | new_values.keys()):
             old_fields, new_fields = old_values.get(where, {}), new_values.get(where, {})
@@ -287,34 +299,57 @@ def _preview(
         )
 
 
-_LADDER = {gk: i for i, gk in enumerate((kinds.GATEWAY_CLASS, kinds.GATEWAY, kinds.LISTENER_SET))}
+_LADDER = {
+    kinds.GATEWAY_CLASS: 0,
+    kinds.GATEWAY: 1,
+    kinds.LISTENER_SET: 2,
+    **{route: 3 for route in kinds.ROUTE_KINDS},
+}
 
 
 def _ladder_order(key: ObjectKey) -> tuple[int, ObjectKey]:
     """Gateways before routes before Services, so the examples shown are the telling ones."""
-    if key.group_kind in _LADDER:
-        return (_LADDER[key.group_kind], key)
-    return (3 if key.group_kind in kinds.ROUTE_KINDS else 4, key)
+    return (_LADDER.get(key.group_kind, 4), key)
 
 
-def _field_values(key: ObjectKey, result: KindResult | None) -> dict[str, dict[str, str]]:
+def _field_values(
+    key: ObjectKey, result: KindResult | None, shorts: dict[int, _Shorts]
+) -> dict[str, dict[str, str]]:
     """Per object or section (the context's last path entry): each field's value as short text.
 
     Contexts that end at the same place but disagree (a route on two Gateways) say `mixed`.
+    `shorts` holds each answer's fields as text, by answer: objects below one rung share
+    their answers (`derived`), so a preview spells each out once.
     """
     if result is None:
         return {}
     seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for ctx in result.contexts:
-        where = ctx.path[-1] if ctx.path else key.display()
-        for path, value in leaves.leaves(ctx.effective, None).items():
-            seen[where][leaves.top_fields(path)].add(_short(value))
+    for group in result.groups:
+        found = shorts.get(id(group.effective))
+        if found is None:
+            fields = [
+                (leaves.top_fields(path), _short(value))
+                for path, value in leaves.leaves(group.effective, None).items()
+            ]
+            found = shorts[id(group.effective)] = _Shorts(group.effective, fields)
+        for i in group.indices:
+            path = result.all_paths[i]
+            at = seen[path[-1] if path else key.display()]
+            for name, text in found.fields:
+                at[name].add(text)
     return {
         where: {
             name: next(iter(vals)) if len(vals) == 1 else "mixed" for name, vals in fields.items()
         }
         for where, fields in seen.items()
     }
+
+
+class _Shorts(NamedTuple):
+    """One answer's fields as (top field, short text); holds the answer so its id stays its."""
+
+    effective: Mapping[str, Any]
+    fields: list[tuple[str, str]]
 
 
 def _change_line(name: str, changes: Sequence[_Change]) -> str:
