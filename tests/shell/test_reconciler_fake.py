@@ -211,6 +211,22 @@ def test_the_patch_sets_only_our_annotation_with_a_field_manager_and_a_precondit
     run(fake, scenario, store)
 
 
+def test_passed_is_set_once_the_first_pass_has_computed_every_annotation() -> None:
+    """`live` settles the heap on it (webhook/shell/heap.py): it must not come early."""
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        assert not reconciler.passed.is_set()
+        reconciler.set_leading(True)
+        await asyncio.wait_for(reconciler.passed.wait(), 5)
+        assert reconciler.queue.idle
+        assert len(fake.patches) == 3  # the Gateway, the route and the Service: all done
+
+    run(fake, scenario, store)
+
+
 def test_removal_is_a_null_for_our_key_alone() -> None:
     assert annotation_patch(KEY, None, "7") == {
         "metadata": {"annotations": {KEY: None}, "resourceVersion": "7"}

@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 from webhook.core.cache import SummaryCache
 from webhook.core.settings import Settings
 from webhook.core.store import Store
-from webhook.shell import informers, kubeapi
+from webhook.shell import heap, informers, kubeapi
 from webhook.shell import readiness as ready
 from webhook.shell.leader import LeaderElector
 from webhook.shell.logs import fields
@@ -54,6 +54,7 @@ async def running(
     cache = SummaryCache(store, settings, maxsize=args.cache_max_objects)
     reconciler: Reconciler | None = None
     elector: LeaderElector | None = None
+    settling: asyncio.Task[None] | None = None
     exporter = _Exporter(
         cache, store, metrics, source, readiness, max_age=args.max_state_age_seconds
     )
@@ -77,8 +78,12 @@ async def running(
             elector = _elector(args, api, metrics, reconciler)
             elector.start()
         exporter.start()
+        settling = asyncio.create_task(_settle_heap(source, reconciler), name="heap settler")
         yield
     finally:
+        if settling is not None:
+            settling.cancel()
+            await asyncio.gather(settling, return_exceptions=True)
         await exporter.stop()
         if reconciler is not None:
             await reconciler.stop()
@@ -96,6 +101,15 @@ async def running(
             await elector.stop()  # releases the Lease if we hold it
         await source.stop()
         await api.close()
+
+
+async def _settle_heap(source: informers.ClusterSource, reconciler: Reconciler | None) -> None:
+    """Freeze the long-lived state once it is synced, and once it is computed (`heap`)."""
+    await source.synced.wait()
+    heap.settle("state synced")
+    if reconciler is not None:
+        await reconciler.passed.wait()  # only on the replica that leads
+        heap.settle("first reconcile pass")
 
 
 def _elector(

@@ -128,6 +128,9 @@ class Reconciler:
         self._task: asyncio.Task[None] | None = None
         self._ending: asyncio.Task[None] | None = None  # the last term, cancelled, cleaning up
         self.patches = self.skips = self.errors = self.retries = 0  # plain ints for tests, logs
+        # Set the first time the queue drains after a term's first resync: every annotated
+        # object's value has been computed once (the heap is then settled, see `heap`).
+        self.passed = asyncio.Event()
 
     @property
     def failing(self) -> int:
@@ -243,6 +246,8 @@ class Reconciler:
                 self._retry(key, "bug", exc)
             finally:
                 self.queue.done(key)
+            if self.queue.idle:
+                self.passed.set()
             # `Queue.get` does not suspend while items wait, and a skip never awaits: without
             # this, a resync of 10,000 up-to-date objects would hold the loop (and admission).
             await asyncio.sleep(0)

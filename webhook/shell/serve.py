@@ -21,6 +21,7 @@ from webhook.core.cache import DEFAULT_MAXSIZE
 from webhook.core.profiles import OperatorConfig
 from webhook.core.settings import Settings
 from webhook.core.store import Store
+from webhook.shell import heap
 from webhook.shell import readiness as ready
 from webhook.shell.logs import fields, setup_logging
 from webhook.shell.manifests import load_store
@@ -146,6 +147,7 @@ async def _serve(args: argparse.Namespace, *, config: OperatorConfig, settings: 
     async with contextlib.AsyncExitStack() as stack:
         if args.manifests:
             _, where = load_store(args.manifests, store)
+            heap.settle("state loaded from manifests")  # before ready: the pause is at start
             readiness.set(ready.STATE_SYNCED, True, f"{len(where)} objects from manifests")
             log.info(
                 "state loaded from manifests",
