@@ -2,8 +2,8 @@
 
 The store, the derived memos and the summary cache are millions of container objects (2.6
 million at 4x the benchmark's cluster). CPython's full collection walks every one of them on
-the event loop, and no admission review is answered meanwhile: docs/performance.md measures
-that pause, about 0.2 s at 1x and over a second at 4x, growing faster than the state does.
+the event loop, and no admission review is answered meanwhile: measured on the benchmark's
+machine on a slow day (docs/performance.md, Choices), 0.94 s at 1x and 4.1 s at 4x.
 
 That state is acyclic data (JSON trees, tuples, dicts) that lives until it is replaced, and a
 replaced object is freed by reference counting, frozen or not. So once it has settled it is
@@ -14,7 +14,7 @@ When: once the state is first synced (before that there is little to freeze), an
 after the reconciler's first full pass, which fills the cache and memos. Each time, what is not
 yet frozen is collected first, so no garbage present then is kept for good. What a freeze does
 keep: cyclic objects alive at that moment that die later (an open connection's), until the
-process ends — two freezes per process bound that to a few kilobytes.
+process ends; with two freezes per process, that is what was alive at two moments.
 """
 
 from __future__ import annotations
