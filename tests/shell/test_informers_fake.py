@@ -182,6 +182,29 @@ def run_with_source(
     asyncio.run(main())
 
 
+def test_before_ready_runs_once_every_kind_is_listed_and_before_readiness_says_so() -> None:
+    """`live` settles the heap there: its pause must come before the replica turns ready."""
+    fake = FakeApiServer(lists=[[([namespace("a", "8")], "10")]], watches=[[bookmark("12")]])
+    seen: list[tuple[bool, bool, bool]] = []
+
+    async def main() -> None:
+        async with serving(fake) as api:
+            store, readiness = Store(), Readiness(ready.STATE_SYNCED)
+            source = ClusterSource(
+                api, store, readiness=readiness,
+                before_ready=lambda: seen.append(
+                    (store.get(ns_key("a")) is not None, source.synced.is_set(), readiness())
+                ),
+                backoff_base=0.01, backoff_cap=0.05, request_timeout=2.0,
+            )  # fmt: skip
+            async with source:
+                assert await source.wait_synced(5)
+                assert readiness()
+
+    asyncio.run(main())
+    assert seen == [(True, False, False)]  # once; listed; not yet synced, not yet ready
+
+
 @pytest.mark.parametrize("how", ["error event", "http status"])
 def test_410_gone_relists_and_replaces_what_changed_while_away(how: str) -> None:
     fake = FakeApiServer(

@@ -10,7 +10,8 @@ replaced object is freed by reference counting, frozen or not. So once it has se
 frozen (`gc.freeze`): later collections walk only what was made after, and a full pass costs
 what the churn since then costs, not what the cluster's size does.
 
-When: once the state is first synced (before that there is little to freeze), and once more
+When: once the state is first synced, before the replica reports ready, so that this pause
+comes before the API server sends reviews (before that there is little to freeze); once more
 after the reconciler's first full pass, which fills the cache and memos. Each time, what is not
 yet frozen is collected first, so no garbage present then is kept for good. What a freeze does
 keep: cyclic objects alive at that moment that die later (an open connection's), until the

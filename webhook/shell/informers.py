@@ -17,7 +17,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -302,6 +302,7 @@ class ClusterSource:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         healthy_after: float = 30.0,
+        before_ready: Callable[[], object] | None = None,
     ) -> None:
         self.api = api
         self.store = store
@@ -314,6 +315,9 @@ class ClusterSource:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.healthy_after = healthy_after
+        # Run once every kind is listed, before `synced` and readiness say so (`live` settles
+        # the heap there, so its pause comes before the API server sends reviews, not during).
+        self.before_ready = before_ready
         self.synced = asyncio.Event()
         self._crds = _Informer(self, CRDS)
         self._informers: dict[GroupKind, _Informer] = {}  # everything but the CRD informer
@@ -420,6 +424,8 @@ class ClusterSource:
             if not informer.first_list.is_set():
                 self._set_pending(i.kind_label for i in initial if not i.first_list.is_set())
                 await informer.first_list.wait()
+        if self.before_ready is not None:
+            self.before_ready()
         self.synced.set()
         if self.readiness is not None:
             self.readiness.set(ready.STATE_SYNCED, True, "")

@@ -49,7 +49,12 @@ async def running(
     """
     api = await kubeapi.connect(args.kubeconfig)
     source = informers.ClusterSource(
-        api, store, keep_annotation=settings.annotation_key, metrics=metrics, readiness=readiness
+        api,
+        store,
+        keep_annotation=settings.annotation_key,
+        metrics=metrics,
+        readiness=readiness,
+        before_ready=lambda: heap.settle("state synced"),
     )
     cache = SummaryCache(store, settings, maxsize=args.cache_max_objects)
     reconciler: Reconciler | None = None
@@ -78,7 +83,8 @@ async def running(
             elector = _elector(args, api, metrics, reconciler)
             elector.start()
         exporter.start()
-        settling = asyncio.create_task(_settle_heap(source, reconciler), name="heap settler")
+        if reconciler is not None:
+            settling = asyncio.create_task(_settle_heap(reconciler), name="heap settler")
         yield
     finally:
         if settling is not None:
@@ -103,13 +109,11 @@ async def running(
         await api.close()
 
 
-async def _settle_heap(source: informers.ClusterSource, reconciler: Reconciler | None) -> None:
-    """Freeze the long-lived state once it is synced, and once it is computed (`heap`)."""
-    await source.synced.wait()
-    heap.settle("state synced")
-    if reconciler is not None:
-        await reconciler.passed.wait()  # only on the replica that leads
-        heap.settle("first reconcile pass")
+async def _settle_heap(reconciler: Reconciler) -> None:
+    """Freeze the long-lived state again once it is computed (`heap`); the first time, when
+    it is synced, is the source's `before_ready`."""
+    await reconciler.passed.wait()  # only on the replica that leads
+    heap.settle("first reconcile pass")
 
 
 def _elector(
