@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import weakref
 from collections.abc import Iterator
 
@@ -23,18 +24,25 @@ class Node:
         self.other: Node | None = None
 
 
-def test_settle_collects_cyclic_garbage_first_and_freezes_what_is_alive() -> None:
+def test_settle_collects_cyclic_garbage_first_and_freezes_what_is_alive(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     dead_a, dead_b = Node(), Node()
     dead_a.other, dead_b.other = dead_b, dead_a  # a cycle: only the collector frees it
     gone = weakref.ref(dead_a)
     del dead_a, dead_b
     alive = {"state": [Node()]}
 
-    pause = heap.settle("test")
+    with caplog.at_level(logging.INFO, logger=heap.__name__):
+        pause = heap.settle("test")
 
     assert gone() is None, "garbage present at settle time must not be frozen for good"
-    assert gc.get_freeze_count() > 0
-    assert pause >= 0
+    (record,) = caplog.records  # one line, carrying what was returned and what was frozen
+    logged = record.fields  # type: ignore[attr-defined]
+    assert (logged["reason"], logged["pause_s"]) == ("test", round(pause, 3))
+    assert logged["collected"] >= 2  # the two Nodes at least
+    # Frozen objects can still die by reference count after the freeze, never join it.
+    assert logged["frozen"] >= gc.get_freeze_count() > 0
     # A frozen object is out of every later collection: it is not among the tracked objects.
     assert not any(obj is alive for obj in gc.get_objects())
     assert gc.is_tracked(alive)

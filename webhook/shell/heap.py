@@ -35,14 +35,15 @@ def settle(reason: str) -> float:
     collected = gc.collect()
     gc.freeze()
     pause = time.perf_counter() - started
+    frozen = gc.get_freeze_count()
     log.info(
         "heap settled (%s): %d objects frozen, %.3fs",
         reason,
-        gc.get_freeze_count(),
+        frozen,
         pause,
         extra=fields(
             reason=reason,
-            frozen=gc.get_freeze_count(),
+            frozen=frozen,
             collected=collected,
             pause_s=round(pause, 3),
         ),
