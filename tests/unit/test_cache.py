@@ -431,6 +431,26 @@ def test_the_property_catches_a_memo_that_outlives_a_hierarchy_change(
         assert_fresh(cache, store, annotated(store))
 
 
+def test_the_property_catches_a_ladder_that_outlives_a_policys_move(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not vacuous for ladders kept across policy edits (`derived.LadderMemo`): with the
+    store never saying that a policy moved, a retargeted policy is caught."""
+    stuck = property(lambda store: 0, lambda store, value: None)
+    monkeypatch.setattr(Store, "attachment_revision", stuck, raising=False)
+    store = base_store()
+    apply(store, GW_POLICY)
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))  # ladders filled
+    moved = copy.deepcopy(GW_POLICY[1])
+    moved["spec"]["targetRefs"] = [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": "r1"}]
+    moved["metadata"]["namespace"] = "apps"
+    apply(store, ("delete-policy", 0))
+    apply(store, ("upsert", moved))
+    with pytest.raises(AssertionError, match=r"stale (memo|cache entry)"):
+        assert_fresh(cache, store, annotated(store))
+
+
 # --- hits, misses and the TTL ---------------------------------------------------------------------
 
 

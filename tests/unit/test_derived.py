@@ -145,6 +145,66 @@ def test_reach_below_a_target_is_kept_until_the_hierarchy_changes() -> None:
     assert hierarchy.affected_by(gw, None, store) == {gw}
 
 
+def test_an_edit_of_a_policys_values_keeps_every_ladder() -> None:
+    """Which rungs hold policies is unchanged when only a policy's values are: the fan-out of
+    that edit starts from the ladders kept, and still answers with the new values."""
+    store, _, _ = warm()
+    effective.compute(R1, store)
+    ladders = derived.ladder_memo(store)
+    assert ladders is not None and R1 in ladders.ladders
+    store.upsert(recolored(store, "blue"))
+    assert derived.ladder_memo(store) is ladders
+    assert summary.summarize(R1, store, test_cache.SETTINGS) == summary.summarize(
+        R1, test_cache.rebuilt(store), test_cache.SETTINGS
+    )
+    assert '"blue"' in (summary.summarize(R1, store, test_cache.SETTINGS) or "")
+
+
+def retargeted(store: Store) -> dict[str, object]:
+    doc = copy.deepcopy(dict(store.get(POLICY) or {}))
+    doc["spec"]["targetRefs"] = [
+        {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "r1"}
+    ]
+    return doc
+
+
+def test_a_policy_that_moves_comes_or_goes_drops_the_ladders() -> None:
+    changes = {
+        "retargeted": lambda store: store.upsert(retargeted(store)),
+        "deleted": lambda store: store.delete(POLICY),
+        "created": lambda store: store.upsert(
+            {**recolored(store, "blue"), "metadata": {"name": "other", "namespace": "apps"}}
+        ),
+        "a CRD written": lambda store: store.upsert(
+            next(iter(store_of(CRDS).objects(derived.kinds.CRD)))
+        ),
+    }
+    for what, change in changes.items():
+        store, _, _ = warm()
+        effective.compute(R1, store)
+        ladders = derived.ladder_memo(store)
+        change(store)
+        fresh = derived.ladder_memo(store)
+        assert fresh is not ladders and fresh is not None and not fresh.ladders, what
+
+
+def test_a_hierarchy_write_drops_the_ladders() -> None:
+    store, _, _ = warm()
+    effective.compute(R1, store)
+    ladders = derived.ladder_memo(store)
+    moved = copy.deepcopy(dict(store.get(R1) or {}))
+    moved["spec"]["parentRefs"] = []
+    store.upsert(moved)
+    assert derived.ladder_memo(store) is not ladders
+    assert effective.compute(R1, store) == []
+
+
+def test_only_a_store_keeps_ladders() -> None:
+    """An overlay may move a policy or a hierarchy object: its ladders are computed."""
+    store, _, _ = warm()
+    assert derived.ladder_memo(OverlayView(store, upserts=[recolored(store, "blue")])) is None
+
+
 # --- an overlay of policies layered on the store's memo -------------------------------------------
 
 POLICY_CHANGES = st.one_of(

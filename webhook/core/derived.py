@@ -5,10 +5,13 @@ each policy's leaves, and one board per distinct set of policies met. Objects sh
 of that: 10,000 routes of one Gateway have the same rungs above them and meet the same
 policies there. Computed per object it is paid 10,000 times; kept here, once.
 
-Two memos, because their inputs differ:
+Three memos, because their inputs differ:
 - `StructureMemo` — contexts, which read only hierarchy objects (Gateways, routes, Services,
   GatewayClasses, Namespaces, ReferenceGrants). A policy edit leaves it valid, so a policy's
   fan-out and impact preview find every context already known.
+- `LadderMemo` — per object, which rungs of its contexts hold policies and of which kinds:
+  structure, plus where policies attach. An edit of a policy's values (its targets unchanged,
+  the common edit) leaves it valid, so that edit's fan-out starts from each object's ladder.
 - `EngineMemo` — policies attached per key, stanza leaves, and board results per signature.
   Any write makes it stale.
 
@@ -81,6 +84,21 @@ class StructureMemo:
 
 
 @dataclass(slots=True)
+class LadderMemo:
+    """Per object, what `effective` needs before reading any policy's values (see there)."""
+
+    revision: int
+    attachments: int  # the store's `attachment_revision` when it was made
+    limit: int
+    checked: int = -1  # the store revision at which it was last found valid
+    ladders: dict[ObjectKey, Any] = field(default_factory=dict)
+    shared: dict[Any, Any] = field(default_factory=dict)  # equal parts of ladders, one object
+
+    def full(self) -> bool:
+        return len(self.ladders) + len(self.shared) > self.limit
+
+
+@dataclass(slots=True)
 class EngineMemo:
     """Per-state results of the precedence engine (see `effective`) and of `summary`."""
 
@@ -101,6 +119,7 @@ class EngineMemo:
 @dataclass(slots=True)
 class _StoreMemos:
     structure: StructureMemo
+    ladder: LadderMemo
     engine: EngineMemo
 
 
@@ -122,6 +141,25 @@ def structure_memo(view: ClusterView) -> StructureMemo | None:
         return memo  # no write since the last look: the common case, made cheap
     if memo.revision < view.last_change(STRUCTURAL_KINDS) or memo.full():
         memo = memos.structure = StructureMemo(view.revision, entry_limit(view))
+    memo.checked = view.revision
+    return memo
+
+
+def ladder_memo(view: ClusterView) -> LadderMemo | None:
+    """The ladder memo valid for `view` now; None for anything but a store itself (an overlay
+    may move a policy or a hierarchy object, and ladders are few per review: computed)."""
+    if not isinstance(view, Store):
+        return None
+    memos = _memos(view)
+    memo = memos.ladder
+    if memo.checked == view.revision and not memo.full():
+        return memo
+    if (
+        memo.revision < view.last_change(STRUCTURAL_KINDS)
+        or memo.attachments != view.attachment_revision
+        or memo.full()
+    ):
+        memo = memos.ladder = LadderMemo(view.revision, view.attachment_revision, entry_limit(view))
     memo.checked = view.revision
     return memo
 
@@ -220,7 +258,9 @@ def _memos(store: Store) -> _StoreMemos:
     if memos is None:
         limit = entry_limit(store)
         memos = _BY_STORE[store] = _StoreMemos(
-            StructureMemo(store.revision, limit), EngineMemo(store.revision, limit)
+            StructureMemo(store.revision, limit),
+            LadderMemo(store.revision, store.attachment_revision, limit),
+            EngineMemo(store.revision, limit),
         )
     return memos
 

@@ -71,6 +71,10 @@ class Store:
         self._by_target: dict[ObjectKey, dict[ObjectKey, Policy]] = {}
         self._listeners: list[ChangeListener] = []
         self.revision = 0  # +1 per write
+        # +1 per write that may move a policy: one created, deleted or retargeted, or a CRD (a
+        # kind's profile decides which policies count where). A policy's new values alone leave
+        # it, so what `derived` keeps about where policies attach outlives such an edit.
+        self.attachment_revision = 0
         self._changed_at: dict[GroupKind, int] = {}  # kind → revision of its last write
 
     # --- writing (feeders only) -------------------------------------------------------------
@@ -115,6 +119,7 @@ class Store:
         self.revision += 1
         self._changed_at[key.group_kind] = self.revision
         if key.group_kind == kinds.CRD:
+            self.attachment_revision += 1
             self._reindex_crd(key, new)
         self._reindex_policy(key, new)
         for listener in self._listeners:
@@ -143,9 +148,11 @@ class Store:
                     holders.pop(key, None)
                     if not holders:
                         del self._by_target[target]
-        if obj is None or not self.is_policy_object(key.group_kind, obj):
-            return
-        policy = read_policy(obj, self.profile(key.group_kind))
+        policy = None
+        if obj is not None and self.is_policy_object(key.group_kind, obj):
+            policy = read_policy(obj, self.profile(key.group_kind))
+        if (old.targets if old else None) != (policy.targets if policy else None):
+            self.attachment_revision += 1
         if policy is None:
             return
         self._policies[key] = policy
