@@ -4,7 +4,8 @@
 
 Run by the harness in a fresh process per size, so that peak RSS (`ru_maxrss`) is this size's.
 Prints one JSON object of named numbers. Measured, in order:
-- load: every object `Store.upsert`ed (with the summary cache subscribed, as in the webhook);
+- load: every object `Store.upsert`ed (with the summary cache subscribed, as in the webhook),
+  then the heap settled, as the webhook settles it once its state is synced;
 - cold summaries: the hierarchy index built, then every annotated object's summary computed
   through the cache (`SummaryCache.get` on an empty cache);
 - cached lookup: `SummaryCache.get` of objects already cached, one call at a time;
@@ -106,6 +107,11 @@ def measure(
         store.upsert(obj)
     out["load_s"], out["load_cpu_s"] = watch.stop()
     out["rss_after_load_mb"] = rss_mb()
+    # Settled as the webhook settles its state once synced, before its first pass computes
+    # every summary (`heap`): full collections during the cold summaries then walk what those
+    # make, not the store too.
+    if heap is not None:
+        out["gc_settle_loaded_s"] = heap.settle("benchmark: state loaded")
 
     keys = [key for obj in cluster.annotated() if (key := key_of(obj)) is not None]
     calibration.append(reference_ms())
