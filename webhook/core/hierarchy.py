@@ -93,12 +93,9 @@ def sort_contexts(contexts: Iterable[Context]) -> list[Context]:
     return sorted(set(contexts), key=_context_order)
 
 
-def _context_order(context: Context) -> tuple[tuple[str, str, str, str, str], ...]:
-    return tuple((*_key_tuple(r.key), r.section or "") for r in context)
-
-
-def _key_tuple(key: ObjectKey) -> tuple[str, str, str, str]:
-    return (key.group, key.kind, key.namespace, key.name)
+def _context_order(context: Context) -> tuple[tuple[ObjectKey, str], ...]:
+    # An ObjectKey compares as (group, kind, namespace, name); a section as text, "" for none.
+    return tuple([(key, section or "") for key, section in context])
 
 
 # --- contexts ----------------------------------------------------------------------------------

@@ -158,9 +158,9 @@ def _kind_entry(
                 set(),
                 effective_dump,
             )
-        group[1].update(result.all_paths[i] for i in found.indices)
+        group[1].update(map(result.all_paths.__getitem__, found.indices))
     ordered = sorted(  # the group key last: unique, so that entries are never compared
-        ([list(p) for p in sorted(paths)], effective_dump, group_key, entry)
+        (sorted(paths), effective_dump, group_key, entry)  # paths as tuples: JSON arrays too
         for group_key, (entry, paths, effective_dump) in groups.items()
     )
     contexts = [{**entry, "paths": paths} for paths, _, _, entry in ordered]
