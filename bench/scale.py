@@ -7,7 +7,8 @@ Prints one JSON object of named numbers. Measured, in order:
 - load: every object `Store.upsert`ed (with the summary cache subscribed, as in the webhook),
   then the heap settled, as the webhook settles it once its state is synced;
 - cold summaries: the hierarchy index built, then every annotated object's summary computed
-  through the cache (`SummaryCache.get` on an empty cache);
+  through the cache (`SummaryCache.get` on an empty cache), with the full garbage collections
+  that ran meanwhile;
 - cached lookup: `SummaryCache.get` of objects already cached, one call at a time;
 - the pause of a full garbage collection over that state, before and after it is settled as the
   webhook settles it (`webhook.shell.heap`); what follows runs in the settled state;
@@ -72,6 +73,36 @@ class Stopwatch:
         return time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
+class FullCollections:
+    """The full garbage collections that run while a phase does: how many, their time, and
+    how many objects they found to free (none, when the phase makes no cyclic garbage)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds = 0.0
+        self.collected = 0
+        self._started = 0.0
+        gc.callbacks.append(self._heard)
+
+    def _heard(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.count += 1
+            self.seconds += time.perf_counter() - self._started
+            self.collected += info["collected"]
+
+    def stop(self, name: str) -> dict[str, float]:
+        gc.callbacks.remove(self._heard)
+        return {
+            f"{name}_gc_full_collections": self.count,
+            f"{name}_gc_full_s": self.seconds,
+            f"{name}_gc_full_collected": self.collected,
+        }
+
+
 def measure(
     k: float, *, seed: int, reviews: int, lookups: int, fanout_repeats: int
 ) -> dict[str, Any]:
@@ -119,10 +150,12 @@ def measure(
     hierarchy_index.index_for(store)
     out["index_build_s"], index_cpu = watch.stop()
     values = []
+    collections = FullCollections()
     watch = Stopwatch()
     for key in keys:
         values.append(get(key))
     out["summaries_s"], summaries_cpu = watch.stop()
+    out.update(collections.stop("cold"))
     out["cold_summaries_s"] = out["summaries_s"] + out["index_build_s"]
     out["cold_summaries_cpu_s"] = summaries_cpu + index_cpu
     out["annotated_objects"] = len(keys)
