@@ -31,7 +31,7 @@ test-unit: install
 lint: install
 	$(BIN)/ruff check webhook tests bench
 	$(BIN)/ruff format --check webhook tests bench
-	$(BIN)/mypy webhook
+	$(BIN)/mypy webhook bench
 	$(BIN)/lint-imports
 
 format: install

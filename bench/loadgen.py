@@ -18,12 +18,13 @@ import json
 import ssl
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
+def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of an already sorted list (q in 0..100)."""
     if not sorted_values:
         return float("nan")

@@ -384,7 +384,7 @@ def _settings(rng: random.Random, kind: str) -> dict[str, Any]:
             "healthyThreshold": rng.choice((1, 2, 3)),
         }
     if kind == "RetryPolicy":
-        default = {
+        default: dict[str, Any] = {
             "retryOn": rng.sample(["502", "503", "504", "reset"], k=rng.randint(1, 3)),
             "backoff": {"baseInterval": rng.choice(("25ms", "100ms"))},
         }
