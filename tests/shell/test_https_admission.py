@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import logging
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from https_harness import policy, review_of
 
-from webhook.core import admission
+from webhook.core import admission, reviews
 from webhook.shell import server
 from webhook.shell.logs import JsonFormatter
 
@@ -171,6 +172,23 @@ def test_mutate_sends_the_cores_operations_base64_encoded(webhook, monkeypatch):
     response = webhook.post_review("/mutate", review_of(obj(RETRY_ON_ROUTE))).json()["response"]
     assert response["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(response["patch"])) == ops
+
+
+def test_a_review_is_decoded_with_the_collector_held(webhook, monkeypatch):
+    """Decoding builds a tree of new containers and no cycle: no collection walks it meanwhile
+    (`heap.held`), and the collector is back on for everything after."""
+    seen: list[bool] = []
+    decode = reviews.decode_review
+
+    def watched(body: bytes) -> Any:
+        seen.append(gc.isenabled())
+        return decode(body)
+
+    monkeypatch.setattr(reviews, "decode_review", watched)
+    response = webhook.post_review("/validate", review_of(obj(RETRY_ON_ROUTE))).json()["response"]
+    assert response["allowed"] is True
+    assert seen == [False]
+    assert gc.isenabled()
 
 
 # --- broken webhook calls: HTTP errors, so failurePolicy decides --------------------------------

@@ -46,3 +46,23 @@ def test_settle_collects_cyclic_garbage_first_and_freezes_what_is_alive(
     # A frozen object is out of every later collection: it is not among the tracked objects.
     assert not any(obj is alive for obj in gc.get_objects())
     assert gc.is_tracked(alive)
+
+
+def test_held_stops_automatic_collection_inside_and_restores_it_after() -> None:
+    assert gc.isenabled()
+    with heap.held():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), heap.held():
+        raise ValueError("a body the decoder refuses")
+    assert gc.isenabled(), "an error inside must not leave the collector off"
+
+
+def test_held_leaves_a_collector_that_was_off_off() -> None:
+    gc.disable()
+    try:
+        with heap.held():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -16,6 +16,9 @@ after the reconciler's first full pass, which fills the cache and memos. Each ti
 yet frozen is collected first, so no garbage present then is kept for good. What a freeze does
 keep: cyclic objects alive at that moment that die later (an open connection's), until the
 process ends; with two freezes per process, that is what was alive at two moments.
+
+`held()` is the other tool: no automatic collection during one synchronous step that builds
+only acyclic data, such as decoding a review's JSON.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from webhook.shell.logs import fields
 
@@ -49,3 +54,22 @@ def settle(reason: str) -> float:
         ),
     )
     return pause
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """No automatic collection while the block runs; the collector's state as before after it.
+
+    For one synchronous step that builds a tree of new containers and no cycle (decoding JSON):
+    each collection during it walks the growing tree and can free none of it. A 6.7 MiB body of
+    small objects, next to a settled heap: 0.62 s to decode with the collector on, 0.25 s held;
+    the whole review, its denial included, 0.68 s and 0.39 s. The tree is walked once after,
+    by the next young collection, instead of by every one during it.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

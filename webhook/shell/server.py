@@ -26,6 +26,7 @@ from aiohttp import web
 from webhook.core import admission, reviews
 from webhook.core.settings import Settings
 from webhook.core.store import ClusterView
+from webhook.shell import heap
 from webhook.shell import readiness as ready
 from webhook.shell.logs import fields
 from webhook.shell.metrics import Metrics
@@ -165,7 +166,8 @@ class _Handlers:
             response.force_close()  # `Connection: close`: no second request on this one
             return response
         try:
-            review = reviews.decode_review(body)
+            with heap.held():  # a large body is thousands of new containers and no cycle
+                review = reviews.decode_review(body)
         except reviews.MalformedReview as exc:
             return self._rejected(
                 endpoint,
