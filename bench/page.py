@@ -94,9 +94,15 @@ def render(
     return "\n".join(out).rstrip() + "\n"
 
 
+def _missing(f: Mapping[str, float], *names: str) -> bool:
+    """Whether a reading lacks a figure it quotes (a partial run, an older results file)."""
+    return any(name not in f for name in names)
+
+
 def _not_met(flat: Mapping[str, float]) -> list[str]:
     """Why the targets still missed are missed, from this run's own figures."""
-    need = (
+    if _missing(
+        flat,
         "http_validate_core_ms_per_request",
         "http_validate_stack_ms_per_request",
         "http_noop_validate_cpu_ms_per_request",
@@ -106,8 +112,7 @@ def _not_met(flat: Mapping[str, float]) -> list[str]:
         "scale_validate_cat_valid_gateway_median_ms",
         "scale_validate_cat_valid_namespace_median_ms",
         "scale_validate_light_p99_ms",
-    )
-    if any(name not in flat for name in need):
+    ):
         return []
     f = flat
     ceiling_validate = f["http_noop_validate_cpu_ms_per_request"] / (
@@ -149,7 +154,7 @@ def _not_met(flat: Mapping[str, float]) -> list[str]:
 
 def _again(f: Mapping[str, float]) -> str:
     names = [f"scale_validate_again_cat_valid_{c}_median_ms" for c in ("gateway", "namespace")]
-    if any(name not in f for name in names):
+    if _missing(f, *names):
         return ""
     return (
         f" The same reviews again, once their targets' reach is known: {_n(f[names[0]])} and "
@@ -159,13 +164,16 @@ def _again(f: Mapping[str, float]) -> str:
 
 
 def _fixed_rate_reading(f: Mapping[str, float]) -> list[str]:
-    need = (
-        "http_validate_p99_ratio",
-        "http_validate_rps",
-        "http_noop_validate_rps",
-        "http_offered_rps",
-    )
-    if any(name not in f for name in need) or f["http_validate_p99_ratio"] <= 2:
+    if (
+        _missing(
+            f,
+            "http_validate_p99_ratio",
+            "http_validate_rps",
+            "http_noop_validate_rps",
+            "http_offered_rps",
+        )
+        or f["http_validate_p99_ratio"] <= 2
+    ):
         return []
     load = f["http_offered_rps"] / f["http_validate_rps"]
     light = (
