@@ -189,6 +189,45 @@ spec:
 """
 
 
+HOME = {"GatewayClass": "infra", "Gateway": "infra", "HTTPRoute": "apps", "Service": "apps"}
+GROUPS = {"Service": "", "Namespace": ""}
+
+
+def policy(
+    name: str,
+    target: str,
+    body: str,
+    *,
+    kind: str = "RetryPolicy",
+    api_version: str = "policies.example.com/v1alpha1",
+    ns: str | None = None,
+    created: str | None = None,
+    single_ref: bool = False,
+) -> str:
+    """A policy manifest. `target` is `Kind/name`, `Kind/namespace/name`, `#section` optional;
+    the policy lives in the target's namespace unless `ns` says otherwise. `single_ref` writes
+    `targetRef` (Kuadrant's spelling) instead of `targetRefs`."""
+    ref, _, section = target.partition("#")
+    parts = ref.split("/")
+    target_kind, target_name = parts[0], parts[-1]
+    target_ns = parts[1] if len(parts) == 3 else None
+    home = ns or target_ns or (target_name if target_kind == "Namespace" else HOME[target_kind])
+    fields = [f"group: '{GROUPS.get(target_kind, 'gateway.networking.k8s.io')}'"]
+    fields += [f"kind: {target_kind}", f"name: {target_name}"]
+    fields += [f"namespace: {target_ns}"] if target_ns else []
+    fields += [f"sectionName: {section}"] if section else []
+    stamp = f", creationTimestamp: '{created}'" if created else ""
+    one_ref = f"{{{', '.join(fields)}}}"
+    targets = f"targetRef: {one_ref}" if single_ref else f"targetRefs: [{one_ref}]"
+    return (
+        f"apiVersion: {api_version}\n"
+        f"kind: {kind}\n"
+        f"metadata: {{name: {name}, namespace: {home}{stamp}}}\n"
+        "spec:\n"
+        f"  {targets}\n" + textwrap.indent(textwrap.dedent(body).strip(), "  ") + "\n"
+    )
+
+
 def docs(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(textwrap.dedent(text)) if d]
 

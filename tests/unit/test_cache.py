@@ -103,6 +103,7 @@ BACKENDS: list[list[dict[str, Any]]] = [
     [],
 ]
 ROUTES = [("apps", "r1"), ("apps", "r2"), ("shop", "r3")]
+ROUTE_APPS = ["a", "b"]  # values of a route's `app` label, which targetSelectors match
 LABELS: list[dict[str, str]] = [{}, {"gateway-access": "true"}, {"team": "x"}]
 
 # (group, kind, namespace or None for the policy's own, name, sectionName)
@@ -154,6 +155,11 @@ def policy_docs(draw: st.DrawFn) -> dict[str, Any]:
             ref["sectionName"] = section
         refs.append(ref)
     spec: dict[str, Any] = {"targetRefs": refs}
+    if draw(st.booleans()):  # SPEC §1.7: routes of the policy's namespace picked by label
+        app = draw(st.sampled_from(ROUTE_APPS))
+        spec["targetSelectors"] = [{"kind": "HTTPRoute", "matchLabels": {"app": app}}]
+        if draw(st.booleans()):
+            del spec["targetRefs"]
     if kind == "HealthCheckPolicy":
         spec["path"] = draw(st.sampled_from(["/a", "/b"]))
     else:
@@ -172,11 +178,12 @@ def policy_docs(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-def route_doc(ns: str, name: str, parents: int, backends: int) -> dict[str, Any]:
+def route_doc(ns: str, name: str, parents: int, backends: int, app: int = 0) -> dict[str, Any]:
+    labels = {"app": ROUTE_APPS[app - 1]} if app else {}
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "HTTPRoute",
-        "metadata": {"name": name, "namespace": ns},
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": {
             "parentRefs": copy.deepcopy(PARENTS[parents]),
             "rules": [{"name": "main", "backendRefs": copy.deepcopy(BACKENDS[backends])}],
@@ -247,11 +254,17 @@ OPS: st.SearchStrategy[Op] = st.one_of(
     st.tuples(
         st.just("upsert"),
         st.builds(
-            lambda r, p, b: route_doc(*ROUTES[r], p, b),
+            lambda r, p, b, a: route_doc(*ROUTES[r], p, b, a),
             st.integers(0, len(ROUTES) - 1),
             st.integers(0, len(PARENTS) - 1),
             st.integers(0, len(BACKENDS) - 1),
+            st.integers(0, len(ROUTE_APPS)),
         ),
+    ),
+    # A relabel alone: what targetSelectors pick changes, nothing else does (SPEC §1.7).
+    st.tuples(
+        st.just("relabel"),
+        st.tuples(st.integers(0, len(ROUTES) - 1), st.integers(0, len(ROUTE_APPS))),
     ),
     st.tuples(st.just("delete"), st.sampled_from([route(ns, name) for ns, name in ROUTES])),
     st.tuples(
@@ -286,7 +299,7 @@ def base_store() -> Store:
     for doc in [*docs(CRDS), *docs(BASE), gateway_doc(["http", "https"], 2)]:
         store.upsert(doc)
     for ns, name in ROUTES:
-        store.upsert(route_doc(ns, name, 0, 0))
+        store.upsert(route_doc(ns, name, 0, 0, app=1))
     return store
 
 
@@ -306,6 +319,12 @@ def apply(store: Store, op: Op) -> None:
         index, other = arg
         old = store.get(existing[index % len(existing)].key) or {}
         store.upsert({**old, "spec": other["spec"]} if old.get("kind") == other["kind"] else old)
+    elif what == "relabel":
+        index, app = arg
+        current = store.get(route(*ROUTES[index]))
+        if current is not None:
+            labels = {"app": ROUTE_APPS[app - 1]} if app else {}
+            store.upsert({**current, "metadata": {**current["metadata"], "labels": labels}})
     elif what == "color-class":
         crd = copy.deepcopy(dict(store.get(COLOR_CRD) or {}))
         labels = {} if arg == "none" else {f"{GATEWAY_GROUP}/policy": arg}
@@ -362,9 +381,23 @@ def cross_namespace_policy() -> dict[str, Any]:
 GW_POLICY: Op = ("upsert", policy_on_gateway("gw-color", "red"))
 
 
+def selecting_policy(app: str) -> dict[str, Any]:
+    """A policy of `apps` on every route there labelled `app: <app>` (SPEC §1.7)."""
+    doc = policy_on_gateway("picky", "green")
+    doc["metadata"]["namespace"] = "apps"
+    doc["spec"] = {
+        "targetSelectors": [{"kind": "HTTPRoute", "matchLabels": {"app": app}}],
+        "default": {"color": "green"},
+    }
+    return doc
+
+
 # Random search finds what two or three changes do together; these examples make sure every
 # kind of dependency is exercised on every run, whatever the search draws.
 @example(start=[GW_POLICY], ops=[("upsert", namespace_doc("apps", 0))])  # labels → listeners
+@example(start=[], ops=[("upsert", selecting_policy("a"))])  # what a selector picks
+@example(start=[("upsert", selecting_policy("a"))], ops=[("relabel", (0, 2))])  # a relabel
+@example(start=[("upsert", selecting_policy("a"))], ops=[("delete-policy", 0)])
 @example(start=[GW_POLICY], ops=[("delete-policy", 0)])  # the old targets of a policy
 @example(start=[GW_POLICY], ops=[("color-class", "Direct")])  # a kind's class (CRD label)
 @example(  # a grant admits a cross-namespace backend

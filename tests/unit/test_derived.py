@@ -223,7 +223,10 @@ def edited(store: Store, doc: dict[str, Any]) -> dict[str, Any] | None:
     existing = store.get(same_kind[0]) or {}
     out = copy.deepcopy(doc)
     out["metadata"] = {**out["metadata"], **existing["metadata"]}
-    out["spec"]["targetRefs"] = copy.deepcopy(existing["spec"]["targetRefs"])
+    for targets in ("targetRefs", "targetSelectors"):
+        out["spec"].pop(targets, None)
+        if targets in existing["spec"]:
+            out["spec"][targets] = copy.deepcopy(existing["spec"][targets])
     return out
 
 

@@ -220,3 +220,35 @@ def test_a_denied_policy_gets_no_conflict_or_impact_findings() -> None:
     )
     assert not verdict.allowed
     assert not [j for j in verdict.judged if j.finding.rule_id.startswith("PA-C")]
+
+
+def test_a_map_value_is_one_change_in_the_preview() -> None:
+    """SPEC §2.5: a map (`additionalProperties`) is one value, as PA-S11 compares it."""
+    store = store_of(CRDS, CLUSTER)
+    verdict = admit(store, retry("h", "infra", GW, "default: {headers: {x-a: '1', x-b: '2'}}"))
+    changed = lines(verdict, "PA-C04")
+    assert changed and all(line.startswith("[PA-C04] changes headers on ") for line in changed)
+    assert '{"x-a":"1","x-b":"2"}' in changed[0]
+
+
+def test_every_preview_line_fits_in_120_characters() -> None:
+    long_names = "".join(
+        f"""
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: a-rather-long-route-name-for-the-checkout-service-{i}, namespace: apps}}
+spec:
+  parentRefs: [{{name: gw, namespace: infra}}]
+"""
+        for i in range(4)
+    )
+    store = store_of(CRDS, CLUSTER, long_names)
+    value = "x" * 60
+    verdict = admit(
+        store, retry("h", "infra", GW, f"default: {{retryOn: ['{value}'], maxRetries: 2}}")
+    )
+    previews = lines(verdict, "PA-C04")
+    assert len(previews) >= 2
+    assert all(len(line) <= 120 for line in previews), [len(line) for line in previews]
+    assert all("Gateway/infra/gw unset→" in line for line in previews)  # still an example each

@@ -7,8 +7,6 @@ Each row adds policies written as a user writes them and states the route's effe
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 from engine_fixtures import (
     CLUSTER,
@@ -18,6 +16,7 @@ from engine_fixtures import (
     docs,
     gateway,
     only,
+    policy,
     result_of,
     route,
     service,
@@ -29,40 +28,6 @@ from webhook.core.profiles import OperatorConfig
 from webhook.core.refs import ObjectKey
 
 T0, T1 = "2024-05-01T10:00:00Z", "2024-05-01T10:00:01Z"
-HOME = {"GatewayClass": "infra", "Gateway": "infra", "HTTPRoute": "apps", "Service": "apps"}
-GROUPS = {"Service": "", "Namespace": ""}
-
-
-def policy(
-    name: str,
-    target: str,
-    body: str,
-    *,
-    kind: str = "RetryPolicy",
-    ns: str | None = None,
-    created: str | None = None,
-) -> str:
-    """A policy manifest. `target` is `Kind/name`, `Kind/namespace/name`, `#section` optional;
-    the policy lives in the target's namespace unless `ns` says otherwise."""
-    ref, _, section = target.partition("#")
-    parts = ref.split("/")
-    target_kind, target_name = parts[0], parts[-1]
-    target_ns = parts[1] if len(parts) == 3 else None
-    home = ns or target_ns or (target_name if target_kind == "Namespace" else HOME[target_kind])
-    fields = [f"group: '{GROUPS.get(target_kind, 'gateway.networking.k8s.io')}'"]
-    fields += [f"kind: {target_kind}", f"name: {target_name}"]
-    fields += [f"namespace: {target_ns}"] if target_ns else []
-    fields += [f"sectionName: {section}"] if section else []
-    stamp = f", creationTimestamp: '{created}'" if created else ""
-    return (
-        "apiVersion: policies.example.com/v1alpha1\n"
-        f"kind: {kind}\n"
-        f"metadata: {{name: {name}, namespace: {home}{stamp}}}\n"
-        "spec:\n"
-        f"  targetRefs: [{{{', '.join(fields)}}}]\n"
-        + textwrap.indent(textwrap.dedent(body).strip(), "  ")
-        + "\n"
-    )
 
 
 def route_value(

@@ -16,7 +16,16 @@ from typing import Any
 
 from webhook.core import kinds
 from webhook.core.grants import reference_granted
-from webhook.core.refs import CORE_GROUP, GATEWAY_GROUP, GroupKind, ObjectKey
+from webhook.core.labels import selector_matches
+from webhook.core.policy import Policy
+from webhook.core.refs import (
+    CORE_GROUP,
+    GATEWAY_GROUP,
+    GroupKind,
+    ObjectKey,
+    canonical_group,
+    key_of,
+)
 from webhook.core.store import ClusterView
 
 NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every Namespace
@@ -78,7 +87,7 @@ def _ref_key(ref: Mapping[str, Any], group: str, kind: str, namespace: str) -> O
     g, k, ns = ref.get("group", group), ref.get("kind", kind), ref.get("namespace") or namespace
     if not (isinstance(g, str) and isinstance(k, str) and isinstance(ns, str)):
         return None
-    return ObjectKey(g, k, ns, name)
+    return ObjectKey(canonical_group(g), k, ns, name)
 
 
 def spec_mapping(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -92,32 +101,20 @@ def _list(value: object) -> Iterator[Mapping[str, Any]]:
         yield from (item for item in value if isinstance(item, Mapping))
 
 
+def policy_targets(policy: Policy, view: ClusterView) -> list[tuple[ObjectKey, str | None]]:
+    """Where a policy attaches in `view`: what each targetRef names (with its section), and
+    every object its `targetSelectors` pick there now (SPEC §1.7), in a fixed order."""
+    namespace = policy.key.namespace
+    found = {(ref.target_key(namespace), ref.section_name) for ref in policy.targets}
+    for gk in {selector.group_kind for selector in policy.selectors}:
+        for obj in view.objects(gk):
+            key = key_of(obj)
+            if key is not None and policy.selects(key, obj):
+                found.add((key, None))
+    return sorted(found, key=lambda pair: (pair[0], pair[1] or ""))
+
+
 # --- who may attach where --------------------------------------------------------------------
-
-
-def selector_matches(selector: object, labels: Mapping[str, str]) -> bool:
-    """A Kubernetes LabelSelector; a missing selector matches nothing, `{}` everything."""
-    if not isinstance(selector, Mapping):
-        return False
-    match_labels = selector.get("matchLabels") or {}
-    if not isinstance(match_labels, Mapping):
-        return False
-    if any(labels.get(k) != v for k, v in match_labels.items()):
-        return False
-    for expr in _list(selector.get("matchExpressions")):
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if not isinstance(key, str) or not isinstance(values, list):
-            return False
-        present = key in labels
-        ok = {
-            "In": present and labels.get(key) in values,
-            "NotIn": not present or labels.get(key) not in values,
-            "Exists": present,
-            "DoesNotExist": not present,
-        }.get(op if isinstance(op, str) else "", False)
-        if not ok:
-            return False
-    return True
 
 
 def namespace_admitted(
@@ -146,7 +143,7 @@ def listener_admits(
     allowed = listener.get("allowedRoutes")
     allowed = allowed if isinstance(allowed, Mapping) else {}
     kinds_allowed = [
-        GroupKind(str(k.get("group", GATEWAY_GROUP)), str(k.get("kind")))
+        GroupKind(canonical_group(str(k.get("group", GATEWAY_GROUP))), str(k.get("kind")))
         for k in _list(allowed.get("kinds"))
     ]
     if kinds_allowed and gk not in kinds_allowed:

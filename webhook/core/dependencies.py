@@ -21,12 +21,15 @@ Nothing else is read: a change to annotations, status, resourceVersion or manage
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from webhook.core import hierarchy, hierarchy_index, kinds
-from webhook.core.policy import Policy, raw_target_refs, read_target_ref, spec_of
-from webhook.core.refs import GroupKind, ObjectKey
+from webhook.core.attachment import policy_targets
+from webhook.core.labels import labels_of
+from webhook.core.policy import read_policy
+from webhook.core.profiles import defined_kind, unknown_profile
+from webhook.core.refs import ObjectKey
 from webhook.core.store import ClusterView
 
 Obj = Mapping[str, Any]
@@ -103,14 +106,9 @@ def _policy_change(key: ObjectKey, before: ClusterView, after: ClusterView) -> s
         if policy is None:
             continue
         inherited = view.profile(key.group_kind).policy_class != "Direct"
-        for target, section in _targets(policy):
+        for target, section in policy_targets(policy, view):
             out |= _reach(target, section, view, inherited=inherited)
     return out
-
-
-def _targets(policy: Policy) -> Iterator[tuple[ObjectKey, str | None]]:
-    for ref in policy.targets:
-        yield ref.target_key(policy.key.namespace), ref.section_name
 
 
 def _namespace_change(
@@ -122,7 +120,7 @@ def _namespace_change(
     a change of labels matters, not the object coming or going. Namespace-targeted policies
     do not depend on the Namespace object at all (they are found by key).
     """
-    if _labels(old) == _labels(new):
+    if labels_of(old) == labels_of(new):
         return set()
     out: set[ObjectKey] = set()
     for view in (before, after):
@@ -130,12 +128,6 @@ def _namespace_change(
             if member.group_kind in _SELECTED_KINDS:
                 out |= _reach(member, None, view)
     return out
-
-
-def _labels(obj: Obj | None) -> Mapping[str, Any]:
-    metadata = obj.get("metadata") if obj is not None else None
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    return labels if isinstance(labels, Mapping) else {}
 
 
 def _grant_change(namespace: str, before: ClusterView, after: ClusterView) -> set[ObjectKey]:
@@ -152,7 +144,7 @@ def _grant_change(namespace: str, before: ClusterView, after: ClusterView) -> se
         if not policy.key.namespace:
             continue  # cluster-scoped policies need no grant
         inherited = after.profile(policy.key.group_kind).policy_class != "Direct"
-        for target, section in _targets(policy):
+        for target, section in policy_targets(policy, after):
             if target.namespace == namespace and target.namespace != policy.key.namespace:
                 out |= _reach(target, section, before, after, inherited=inherited)
     # 2. A route's backendRef into this Namespace counts only with a grant (hierarchy.py).
@@ -173,24 +165,9 @@ def _crd_change(old: Obj | None, new: Obj | None, after: ClusterView) -> set[Obj
     or new profile says, is enough.
     """
     out: set[ObjectKey] = set()
-    for gk in {g for crd in (old, new) if crd is not None and (g := _defined_kind(crd))}:
+    for gk in {g for crd in (old, new) if crd is not None and (g := defined_kind(crd))}:
         for obj in after.objects(gk):
-            spec = spec_of(obj)
-            metadata = obj.get("metadata")
-            namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
-            for path, raw in raw_target_refs(spec) if spec is not None else ():
-                ref = read_target_ref(path, raw)
-                if ref is not None:
-                    target = ref.target_key(namespace if isinstance(namespace, str) else "")
-                    out |= _reach(target, ref.section_name, after)
+            policy = read_policy(obj, unknown_profile(gk))  # its targets, whatever its profile
+            for target, section in policy_targets(policy, after) if policy is not None else ():
+                out |= _reach(target, section, after)
     return out
-
-
-def _defined_kind(crd: Obj) -> GroupKind | None:
-    spec = crd.get("spec")
-    names = spec.get("names") if isinstance(spec, Mapping) else None
-    group = spec.get("group") if isinstance(spec, Mapping) else None
-    kind = names.get("kind") if isinstance(names, Mapping) else None
-    if isinstance(group, str) and isinstance(kind, str):
-        return GroupKind(group, kind)
-    return None

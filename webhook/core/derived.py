@@ -32,6 +32,8 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from webhook.core import kinds
+from webhook.core.attachment import policy_targets
+from webhook.core.labels import labels_of
 from webhook.core.overlay import OverlayView
 from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.store import ClusterView, Store
@@ -193,8 +195,17 @@ def _touches_engine(overlay: OverlayView) -> bool:
         key.group_kind in _ENGINE_INPUTS
         or overlay.policy(key) is not None
         or overlay.base.policy(key) is not None
+        or _selection_moves(overlay, key)
         for key in overlay.overlaid
     )
+
+
+def _selection_moves(overlay: OverlayView, key: ObjectKey) -> bool:
+    """An overlaid object relabelled where a `targetSelectors` entry looks for its kind: the
+    policies attached to it may differ from the base's (SPEC §1.7)."""
+    return bool(overlay.base.policies_selecting(key.namespace, key.group_kind)) and labels_of(
+        overlay.get(key)
+    ) != labels_of(overlay.base.get(key))
 
 
 class _Layer(dict[Any, Any]):
@@ -229,7 +240,8 @@ def _overlay_memo(overlay: OverlayView, revision: int) -> EngineMemo:
     """An engine memo for an overlay of policies: the base's, but for what they touch.
 
     A policy changes what is attached only at its targets (before and after), and its own
-    leaves; a board changes only if one of its rungs is such a target. Everything else — for
+    leaves; a relabelled object only what its selectors attach to it; a board changes only if
+    one of its rungs is such a target. Everything else — for
     an impact preview, nearly all of the 25 objects' work — is the base's. An overlaid CRD or
     ReferenceGrant can change any kind's profile or any cross-namespace attachment: own memo.
     """
@@ -239,9 +251,12 @@ def _overlay_memo(overlay: OverlayView, revision: int) -> EngineMemo:
     base = engine_memo(overlay.base)
     dirty: set[ObjectKey] = set()
     for key in overlaid:
-        for policy in (overlay.policy(key), overlay.base.policy(key)):
+        if _selection_moves(overlay, key):
+            dirty.add(key)
+        for view in (overlay, overlay.base):
+            policy = view.policy(key)
             if policy is not None:
-                dirty.update(ref.target_key(policy.key.namespace) for ref in policy.targets)
+                dirty.update(target for target, _ in policy_targets(policy, view))
     return EngineMemo(
         revision,
         MIN_ENTRIES,

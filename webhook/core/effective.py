@@ -213,16 +213,20 @@ class _Finder:
 
     def attached(self, key: ObjectKey) -> list[tuple[Policy, str | None]]:
         if key not in self._memo:
+            obj = self.view.get(key)
             found = {
-                (p.key, ref.section_name): (p, ref.section_name)
+                (p.key, section): (p, section)
                 for p in self.view.policies_targeting(key)
-                for ref in p.targets
-                if ref.target_key(p.key.namespace) == key and self._counts(p, key)
+                if self._counts(p, key)
+                for section in p.sections_on(key, obj)
             }
             self._memo[key] = sorted(found.values(), key=lambda ps: (ps[0].order_key, ps[1] or ""))
         return self._memo[key]
 
     def _counts(self, policy: Policy, target: ObjectKey) -> bool:
+        profile = self.view.profile(policy.key.group_kind)
+        if target.group_kind not in profile.allowed_targets:
+            return False  # PA-T01: the webhook does not show a policy's effect there
         namespace = policy.key.namespace
         if not namespace:
             return True  # a cluster-scoped policy: no namespace to cross from
@@ -230,7 +234,7 @@ class _Finder:
             return target.name == namespace
         if not target.namespace or target.namespace == namespace:
             return True
-        if self.view.profile(policy.key.group_kind).cross_namespace == "deny":
+        if profile.cross_namespace == "deny":
             return False
         return grants.reference_granted(policy.key.group_kind, namespace, target, self.view)
 
@@ -416,21 +420,62 @@ class _KindEngine:
         from_object: Mapping[leaves.Path, Any],
         object_at: str,
     ) -> ContextResult:
+        """SPEC §5.2 and §1.7, one stanza at a time in the order they get to choose:
+        overrides root first, then the object's own values, then defaults target first.
+
+        Each stanza meets what is already claimed by its strategy: `merge` claims the fields
+        still free; an `atomic` override claims its fields and leaves everything more specific
+        unset; an `atomic` default applies only where nothing is claimed yet — or where every
+        claim so far comes from a policy that merges onto less specific ones (Envoy Gateway's
+        `mergeType`) — and is skipped whole otherwise. A kind's `merge: atomic` (§5.5) makes
+        every stanza of it atomic unless the stanza selects its own strategy.
+        """
         board = self._board()
         obj_claim = Claim(Source(None, "object", object_at), None)
         offers = self._offers(levels)
-        if self.profile.merge == "atomic":
-            self._atomic(board, offers, from_object, obj_claim)
-        else:
-            for claim, found in offers["override"]:  # §5.2a: root first
-                for path, value in found.items():
-                    board.offer(path, value, claim)
-            for path, value in from_object.items():  # §5.2b
-                board.offer(path, value, obj_claim)
-            for claim, found in offers["default"]:  # §5.2c: target first
-                for path, value in found.items():
-                    board.offer(path, value, claim)
+        locked_by: Claim | None = None  # the atomic override that replaced everything below
+        for claim, found in offers["override"]:  # §5.2a: root first
+            if locked_by is not None:
+                self._skip(board, claim, locked_by, "replaced whole by an atomic override")
+                continue
+            for path, value in found.items():
+                board.offer(path, value, claim)
+            if self._strategy(claim, "override") == "atomic":
+                locked_by = claim
+        if locked_by is not None:
+            for claim, _ in offers["default"]:
+                self._skip(board, claim, locked_by, "replaced whole by an atomic override")
+            return board.result(ctx)
+        for path, value in from_object.items():  # §5.2b
+            board.offer(path, value, obj_claim)
+        # Whether an atomic default may still apply: nothing claimed yet, or only by policies
+        # that merge onto less specific ones.
+        open_below = not board.won
+        for claim, found in offers["default"]:  # §5.2c: target first
+            if self._strategy(claim, "default") == "atomic" and not open_below:
+                self._skip(board, claim, _first_claim(board), "atomic: skipped whole")
+                continue
+            for path, value in found.items():
+                board.offer(path, value, claim)
+            open_below = (
+                open_below and claim.policy is not None and (claim.policy.merges_onto_less_specific)
+            )
         return board.result(ctx)
+
+    def _strategy(self, claim: Claim, stanza: Literal["override", "default"]) -> str:
+        """The stanza's own selector (SPEC §1.7), else the kind's strategy."""
+        assert claim.policy is not None
+        own = claim.policy.strategy(stanza)
+        if own is not None:
+            return own
+        return "atomic" if self.profile.merge == "atomic" else "merge"
+
+    @staticmethod
+    def _skip(board: Board, claim: Claim, winner: Claim | None, why: str) -> None:
+        """A whole stanza that does not apply here, recorded against what took its place."""
+        if winner is None or claim.policy is winner.policy:
+            return
+        board.lose(claim, WHOLE, f"{reason(claim, winner)} ({why})", by=winner.source)
 
     def _offers(
         self, levels: list[tuple[Rung, list[Policy]]]
@@ -456,34 +501,10 @@ class _KindEngine:
                         offers[stanza].append((Claim(source, policy), found))
         return offers
 
-    def _atomic(
-        self,
-        board: Board,
-        offers: Mapping[str, list[tuple[Claim, dict[leaves.Path, Any]]]],
-        from_object: Mapping[leaves.Path, Any],
-        obj_claim: Claim,
-    ) -> None:
-        """SPEC §5.5: the first override (root first) replaces everything, else the most
-        specific default; the object's own values still beat that default."""
-        ranked = offers["override"] + offers["default"]
-        if not ranked:
-            for path, value in from_object.items():
-                board.offer(path, value, obj_claim)
-            return
-        winner, found = ranked[0]
-        if winner.source.stanza == "default":
-            for path, value in from_object.items():
-                board.offer(path, value, obj_claim)
-        for path, value in found.items():
-            board.offer(path, value, winner)
-        for claim, _ in ranked[1:]:
-            if claim.policy is not winner.policy:
-                board.lose(
-                    claim,
-                    WHOLE,
-                    f"{reason(claim, winner)} (atomic: replaced whole)",
-                    by=winner.source,
-                )
+
+def _first_claim(board: Board) -> Claim | None:
+    """The claim that took the board's first leaf: the most telling winner to name."""
+    return next((claim for _, claim in board.won.values()), None)
 
 
 def stanza_schema(spec_schema: leaves.Schema, stanza: str) -> leaves.Schema:

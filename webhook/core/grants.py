@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.core.refs import GroupKind, ObjectKey
+from webhook.core.refs import GroupKind, ObjectKey, canonical_group
 from webhook.core.store import ClusterView
 
 
@@ -24,13 +24,13 @@ def reference_granted(from_gk: GroupKind, from_ns: str, to: ObjectKey, view: Clu
         if not isinstance(spec, Mapping):
             continue
         froms = any(
-            f.get("group", "") == from_gk.group
+            _group(f) == from_gk.group
             and f.get("kind") == from_gk.kind
             and f.get("namespace") == from_ns
             for f in _items(spec.get("from"))
         )
         tos = any(
-            t.get("group", "") == to.group
+            _group(t) == to.group
             and t.get("kind") == to.kind
             and t.get("name") in (None, "", to.name)
             for t in _items(spec.get("to"))
@@ -38,6 +38,11 @@ def reference_granted(from_gk: GroupKind, from_ns: str, to: ObjectKey, view: Clu
         if froms and tos:
             return True
     return False
+
+
+def _group(entry: Mapping[str, Any]) -> str:
+    group = entry.get("group", "")
+    return canonical_group(group) if isinstance(group, str) else ""
 
 
 def _items(value: object) -> Iterator[Mapping[str, Any]]:

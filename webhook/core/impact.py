@@ -20,16 +20,20 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core import effective, hierarchy, kinds, leaves
+from webhook.core.attachment import policy_targets
 from webhook.core.effective import KindResult
 from webhook.core.findings import Finding
 from webhook.core.overlay import OverlayView
 from webhook.core.policy import Policy, read_policy
+from webhook.core.profiles import KindProfile
 from webhook.core.refs import GroupKind, ObjectKey, key_of
 from webhook.core.settings import Settings
 from webhook.core.store import ClusterView
 
 MAX_NAMED = 3  # policies named in one PA-C03 message
 MAX_EXAMPLES = 3  # objects shown in one PA-C04 line
+# SPEC §2.5: a warning line is at most 120 characters, `[PA-C04] ` included.
+MAX_C04_LINE = 120 - len("[PA-C04] ")
 
 
 def policy_findings(
@@ -55,7 +59,13 @@ def policy_findings(
         findings += _dead_defaults(policy, results_after)
         findings += _beaten_by_override(policy, results_after)
     results_before = {key: _kind_result(key, before, gk) for key in sample}
-    findings += _preview(results_before, results_after, settings, total=len(affected))
+    findings += _preview(
+        results_before,
+        results_after,
+        settings,
+        total=len(affected),
+        schema=_settings_schema(view.profile(gk)),
+    )
     return findings
 
 
@@ -76,7 +86,15 @@ def delete_findings(
     sample = affected[: settings.max_impact_objects]
     before = {k: _kind_result(k, view, gk) for k in sample}
     after_results = {k: _kind_result(k, after, gk) for k in sample}
-    return list(_preview(before, after_results, settings, total=len(affected)))
+    return list(
+        _preview(
+            before,
+            after_results,
+            settings,
+            total=len(affected),
+            schema=_settings_schema(view.profile(gk)),
+        )
+    )
 
 
 # --- reach -----------------------------------------------------------------------------------
@@ -90,11 +108,15 @@ def _reach(policy: Policy, view: ClusterView) -> set[ObjectKey]:
     """Annotatable objects the policy may affect: its targets and (Inherited) what lies below."""
     inherited = policy.policy_class == "Inherited"
     out: set[ObjectKey] = set()
-    for ref in policy.targets:
-        out |= hierarchy.affected_by(
-            ref.target_key(policy.key.namespace), ref.section_name, view, inherited=inherited
-        )
+    for target, section in policy_targets(policy, view):
+        out |= hierarchy.affected_by(target, section, view, inherited=inherited)
     return out
+
+
+def _settings_schema(profile: KindProfile) -> leaves.Schema:
+    """The schema of a kind's settings as `effective` holds them: a stanza's, or the spec's
+    for a kind whose settings sit in the spec itself (Direct kinds, implicit defaults)."""
+    return effective.stanza_schema(profile.spec_schema, "default") or profile.spec_schema
 
 
 def _kind_result(key: ObjectKey, view: ClusterView, gk: GroupKind) -> KindResult | None:
@@ -105,17 +127,19 @@ def _kind_result(key: ObjectKey, view: ClusterView, gk: GroupKind) -> KindResult
 
 
 def _conflicts(policy: Policy, view: ClusterView) -> Iterable[Finding]:
-    for ref in policy.targets:
-        target = ref.target_key(policy.key.namespace)
+    field_of = {
+        (ref.target_key(policy.key.namespace), ref.section_name): ref.field
+        for ref in policy.targets
+    }
+    selector_field = policy.selectors[0].field if policy.selectors else "spec"
+    for target, section in policy_targets(policy, view):
+        obj = view.get(target)
         for other in view.policies_targeting(target):
             if other.key == policy.key or other.key.group_kind != policy.key.group_kind:
                 continue
-            if not any(
-                r.target_key(other.key.namespace) == target and r.section_name == ref.section_name
-                for r in other.targets
-            ):
+            if section not in other.sections_on(target, obj):
                 continue
-            where = target.display(ref.section_name)
+            where = target.display(section)
             message = (
                 _direct_conflict(policy, other, where)
                 if policy.policy_class == "Direct"
@@ -124,7 +148,7 @@ def _conflicts(policy: Policy, view: ClusterView) -> Iterable[Finding]:
                 )
             )
             if message:
-                yield Finding("PA-C01", ref.field, message)
+                yield Finding("PA-C01", field_of.get((target, section), selector_field), message)
 
 
 def _wins(a: Policy, b: Policy) -> bool:
@@ -268,14 +292,18 @@ def _preview(
     settings: Settings,
     *,
     total: int,
+    schema: leaves.Schema,
 ) -> Iterable[Finding]:
-    """One line per changed field: `changes maxRetries on 3 HTTPRoutes (apps/r1 5→3, …)`."""
+    """One line per changed field: `changes maxRetries on 3 HTTPRoutes (apps/r1 5→3, …)`.
+
+    A field is a leaf of the kind's schema (SPEC §2.5, as PA-S11 compares them): a map or
+    a list is one value, shown short."""
     by_field: dict[str, list[_Change]] = defaultdict(list)
     shorts: dict[int, _Shorts] = {}
     for key in sorted(after, key=_ladder_order):
         old_values, new_values = (
-            _field_values(key, before.get(key), shorts),
-            _field_values(key, after.get(key), shorts),
+            _field_values(key, before.get(key), shorts, schema),
+            _field_values(key, after.get(key), shorts, schema),
         )
         for where in sorted(old_values.keys() | new_values.keys()):
             old_fields, new_fields = old_values.get(where, {}), new_values.get(where, {})
@@ -313,7 +341,7 @@ def _ladder_order(key: ObjectKey) -> tuple[int, ObjectKey]:
 
 
 def _field_values(
-    key: ObjectKey, result: KindResult | None, shorts: dict[int, _Shorts]
+    key: ObjectKey, result: KindResult | None, shorts: dict[int, _Shorts], schema: leaves.Schema
 ) -> dict[str, dict[str, str]]:
     """Per object or section (the context's last path entry): each field's value as short text.
 
@@ -329,7 +357,7 @@ def _field_values(
         if found is None:
             fields = [
                 (leaves.top_fields(path), _short(value))
-                for path, value in leaves.leaves(group.effective, None).items()
+                for path, value in leaves.leaves(group.effective, schema).items()
             ]
             found = shorts[id(group.effective)] = _Shorts(group.effective, fields)
         for i in group.indices:
@@ -353,16 +381,30 @@ class _Shorts(NamedTuple):
 
 
 def _change_line(name: str, changes: Sequence[_Change]) -> str:
+    """The line for one field, within SPEC §2.5's 120 characters: fewer examples shown, then
+    shorter values, until it fits; a field name too long for any of that is cut last."""
     counts: dict[str, int] = defaultdict(int)
     for obj in {change.obj for change in changes}:
         counts[obj.kind] += 1
     on = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in sorted(counts.items()))
     one_kind = len(counts) == 1
-    shown = ", ".join(
-        f"{_name(c.where, one_kind)} {c.before}→{c.after}" for c in changes[:MAX_EXAMPLES]
-    )
-    more = ", …" if len(changes) > MAX_EXAMPLES else ""
-    return f"changes {name} on {on} ({shown}{more})"
+    line = ""
+    for shown, value_limit in ((MAX_EXAMPLES, 24), (2, 24), (1, 24), (1, 12), (0, 0)):
+        # Examples with the same change share it: `apps/r1, apps/r2 5→3`.
+        by_change: dict[tuple[str, str], list[str]] = {}
+        for c in changes[:shown]:
+            change = (_cut(c.before, value_limit), _cut(c.after, value_limit))
+            by_change.setdefault(change, []).append(_name(c.where, one_kind))
+        examples = "; ".join(f"{', '.join(names)} {b}→{a}" for (b, a), names in by_change.items())
+        more = ", …" if len(changes) > shown and shown else "…" if not shown else ""
+        line = f"changes {name} on {on} ({examples}{more})"
+        if len(line) <= MAX_C04_LINE:
+            return line
+    return line[: MAX_C04_LINE - 1] + "…"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _name(where: str, one_kind: bool) -> str:

@@ -104,3 +104,15 @@ KNOWN_KINDS: tuple[GroupKind, ...] = (
 
 def is_cluster_scoped(gk: GroupKind) -> bool:
     return gk in CLUSTER_SCOPED
+
+
+def describe_kinds(gks: frozenset[GroupKind]) -> str:
+    """`Gateway, HTTPRoute (gateway.networking.k8s.io); Service (core)` — short enough to read."""
+    by_group: dict[str, list[str]] = {}
+    for gk in gks:
+        by_group.setdefault(gk.group, []).append(gk.kind)
+    parts = [
+        f"{', '.join(sorted(names))} ({group or 'core'})"
+        for group, names in sorted(by_group.items(), key=lambda item: (item[0] == "", item[0]))
+    ]
+    return "; ".join(parts)

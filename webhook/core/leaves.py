@@ -1,8 +1,10 @@
 """Leaves of a policy stanza, as SPEC §5.3 defines them, and back again.
 
-A leaf is what precedence decides on: a scalar, a list, or a map (`additionalProperties`)
-— replaced whole. Objects with `properties` (or without a schema) are walked field by field;
-a list with `x-kubernetes-list-type: map` is walked item by item on its keys. Unset values
+A leaf is what precedence decides on: a scalar, a list, or a map of scalars
+(`additionalProperties`, `map[string]string`) — replaced whole. Objects with `properties` (or
+without a schema) are walked field by field; a list with `x-kubernetes-list-type: map` is
+walked item by item on its keys; a map of objects (`map[string]Rule`: Kuadrant's named
+`limits`) entry by entry, each named entry one leaf (docs/decisions.md). Unset values
 (absent, null, "", [], {}) are not leaves at all (SPEC §5.4); 0 and false are.
 """
 
@@ -42,6 +44,16 @@ def is_map_schema(schema: Schema) -> bool:
     return isinstance(schema.get("additionalProperties"), Mapping) and not schema.get("properties")
 
 
+def is_named_rules_schema(schema: Schema) -> bool:
+    """A `map[string]Object`: a map whose entries are objects — rules by name, each a leaf
+    of its own."""
+    if not is_map_schema(schema):
+        return False
+    assert schema is not None
+    entry: Mapping[str, Any] = schema["additionalProperties"]
+    return entry.get("type") == "object"
+
+
 def list_map_keys(schema: Schema) -> tuple[str, ...] | None:
     if not schema or schema.get("x-kubernetes-list-type") != "map":
         return None
@@ -74,7 +86,11 @@ def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Any]) -> None:
     if is_unset(value):
         return
     if isinstance(value, Mapping):
-        if is_map_schema(schema):
+        if is_named_rules_schema(schema):
+            for name, entry in value.items():
+                if not is_unset(entry):
+                    out[(*path, str(name))] = entry
+        elif is_map_schema(schema):
             out[path] = value
         else:
             _walk_object(value, schema, path, out)

@@ -101,15 +101,36 @@ class OverlayView:
 
     def policies_targeting(self, target: ObjectKey) -> Sequence[Policy]:
         base = self.base.policies_targeting(target)
-        found = [p for p in base if p.key not in self._policies]
+        found = {p.key: p for p in base if p.key not in self._policies}
+        obj = self.get(target)
+        if target in self._objects:
+            # The base judged its selectors on the base's labels: judge them again on ours.
+            found = {k: p for k, p in found.items() if p.names(target)}
+            for p in self.base.policies_selecting(target.namespace, target.group_kind):
+                if p.key not in self._policies and p.selects(target, obj):
+                    found[p.key] = p
         added = [
             p
             for p in self._policies.values()
-            if p is not None and any(ref.target_key(p.key.namespace) == target for ref in p.targets)
+            if p is not None and (p.names(target) or p.selects(target, obj))
         ]
-        if not added and len(found) == len(base):
+        if not added and len(found) == len(base) and all(p.key in found for p in base):
             return base
-        return sorted([*found, *added], key=lambda p: p.order_key)
+        return sorted([*found.values(), *added], key=lambda p: p.order_key)
+
+    def policies_selecting(self, namespace: str, gk: GroupKind) -> Sequence[Policy]:
+        base = self.base.policies_selecting(namespace, gk)
+        mine = [
+            p
+            for p in self._policies.values()
+            if p is not None
+            and p.key.namespace == namespace
+            and any(s.group_kind == gk for s in p.selectors)
+        ]
+        if not mine and not any(p.key in self._policies for p in base):
+            return base
+        kept = [p for p in base if p.key not in self._policies]
+        return sorted([*kept, *mine], key=lambda p: p.order_key)
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         key = ObjectKey("", "Namespace", "", name)

@@ -27,8 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from webhook.core import catalog
 from webhook.core.kinds import DEFAULT_TARGETS
-from webhook.core.refs import GroupKind
+from webhook.core.refs import GroupKind, canonical_group
 
 PolicyClass = Literal["Direct", "Inherited"]
 Action = Literal["deny", "warn", "audit", "off"]
@@ -52,11 +53,20 @@ class KindProfile:
     # None: no label and no config — class is inferred per object (SPEC §1.3, PA-K01);
     # also None for the legacy label value `true` (inferred, but without PA-K01).
     policy_class: PolicyClass | None = None
-    known: bool = False  # True when a CRD label or the config names this kind
+    known: bool = False  # True when a CRD label, the catalog or the config names this kind
     allowed_targets: frozenset[GroupKind] = DEFAULT_TARGETS
-    targets_from_config: bool = False
+    targets_configured: bool = False  # the operator's config lists them: PA-T01 then denies
     wrapper_spelling: Spelling = "any"
     merge: Merge = "patch"
+    # SPEC §1.7 merge selectors the kind is known to have (catalog): a key inside a stanza
+    # (`strategy`, judged by PA-S14) and a key of the spec proper (`mergeType`).
+    stanza_selector: str | None = None
+    spec_selector: str | None = None
+    catalog_source: str | None = None  # where the built-in profile was read from (SPEC §1.6)
+    # Keys spelled like a wrapper that the vendor uses as settings (catalog, see there).
+    setting_keys: frozenset[str] = frozenset()
+    # Policies of the kind may name no target at all (catalog, see there): no PA-S02.
+    target_optional: bool = False
     exclusive_stanzas: bool = False
     overrides_forbidden_on: frozenset[GroupKind] = frozenset()
     cross_namespace: CrossNamespace = "referencegrant"
@@ -90,28 +100,43 @@ def class_from_label(value: object) -> PolicyClass | Literal["legacy"] | None:
 
 
 def profile_from_crd(crd: Mapping[str, Any]) -> KindProfile | None:
-    """The profile a policy CRD implies, or None when the CRD is not a policy CRD."""
+    """The profile a policy CRD implies, or None when the CRD is not a policy CRD.
+
+    A CRD is a policy CRD by its label (SPEC §1.1) or, without one, when it defines a kind of
+    the built-in catalog (SPEC §1.6: Envoy Gateway's CRDs carry no label). The catalog's
+    entry is laid over this by `base_profile`.
+    """
+    gk = defined_kind(crd)
+    if gk is None:
+        return None
     metadata = crd.get("metadata")
-    spec = crd.get("spec")
-    if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    klass = class_from_label(labels.get(POLICY_LABEL) if isinstance(labels, Mapping) else None)
+    if klass is None and gk not in catalog.BY_KIND:
         return None
-    labels = metadata.get("labels")
-    label = labels.get(POLICY_LABEL) if isinstance(labels, Mapping) else None
-    klass = class_from_label(label)
-    names = spec.get("names")
-    group = spec.get("group")
-    if klass is None or not isinstance(names, Mapping) or not isinstance(group, str):
-        return None
-    kind = names.get("kind")
-    if not isinstance(kind, str):
-        return None
+    spec = crd["spec"]
     return KindProfile(
-        group_kind=GroupKind(group, kind),
-        policy_class=None if klass == "legacy" else klass,
-        known=True,
+        group_kind=gk,
+        policy_class=klass if klass in ("Direct", "Inherited") else None,
+        known=klass is not None,
         cluster_scoped=spec.get("scope") == "Cluster",
         spec_schema=_spec_schema(spec),
     )
+
+
+def defined_kind(crd: Mapping[str, Any]) -> GroupKind | None:
+    """The kind a CRD defines (`spec.group`, `spec.names.kind`), or None when unreadable."""
+    spec = crd.get("spec")
+    names = spec.get("names") if isinstance(spec, Mapping) else None
+    group = spec.get("group") if isinstance(spec, Mapping) else None
+    kind = names.get("kind") if isinstance(names, Mapping) else None
+    if isinstance(group, str) and isinstance(kind, str):
+        return GroupKind(group, kind)
+    return None
+
+
+def is_policy_crd(crd: Mapping[str, Any]) -> bool:
+    return profile_from_crd(crd) is not None
 
 
 def _spec_schema(crd_spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -136,6 +161,31 @@ def unknown_profile(gk: GroupKind) -> KindProfile:
     return KindProfile(group_kind=gk)
 
 
+def base_profile(gk: GroupKind, from_crd: KindProfile | None) -> KindProfile:
+    """The profile before the operator's config: the CRD's label, filled in by the catalog.
+
+    SPEC §1.6: class — CRD label > catalog > inference; targets — catalog > §1.4. The CRD's
+    scope and schema, when the CRD is known, win over the catalog's scope.
+    """
+    entry = catalog.BY_KIND.get(gk)
+    if entry is None:
+        return from_crd if from_crd is not None else unknown_profile(gk)
+    start = from_crd or KindProfile(group_kind=gk, cluster_scoped=entry.cluster_scoped)
+    return replace(
+        start,
+        known=True,
+        policy_class=start.policy_class or entry.policy_class,
+        allowed_targets=entry.targets,
+        wrapper_spelling=entry.wrapper_spelling,
+        merge=entry.merge,
+        stanza_selector=entry.stanza_selector,
+        spec_selector=entry.spec_selector,
+        catalog_source=entry.source,
+        setting_keys=entry.setting_keys,
+        target_optional=entry.target_optional,
+    )
+
+
 def refine(profile: KindProfile, config: OperatorConfig) -> KindProfile:
     """Apply the operator config's entry for this kind; config wins over the CRD label."""
     entry = config.kinds.get(profile.group_kind)
@@ -146,18 +196,26 @@ def refine(profile: KindProfile, config: OperatorConfig) -> KindProfile:
         changes["policy_class"] = entry["class"]
     if "targets" in entry:
         changes["allowed_targets"] = entry["targets"]
-        changes["targets_from_config"] = True
+        changes["targets_configured"] = True
     for key, attr in (
         ("wrapperSpelling", "wrapper_spelling"),
         ("merge", "merge"),
         ("exclusiveStanzas", "exclusive_stanzas"),
         ("overridesForbiddenOn", "overrides_forbidden_on"),
         ("crossNamespace", "cross_namespace"),
-        ("ruleActions", "rule_actions"),
         ("fieldMap", "field_map"),
     ):
         if key in entry:
             changes[attr] = entry[key]
+    # SPEC §2.2 PA-T01 (and PA-S15 for the spelling): what the operator's config lists is
+    # enforced, what the catalog or §1.4 guess is only warned about. The entry's own
+    # ruleActions still win.
+    implied: dict[str, Action] = {}
+    if "targets" in entry:
+        implied["PA-T01"] = "deny"
+    if "wrapperSpelling" in entry:
+        implied["PA-S15"] = "deny"
+    changes["rule_actions"] = {**implied, **entry.get("ruleActions", {})}
     return replace(profile, **changes)
 
 
@@ -241,7 +299,7 @@ def _group_kinds(value: object, where: str) -> frozenset[GroupKind]:
             or not isinstance(item.get("kind"), str)
         ):
             raise ConfigError(f"config: {where}[{i}] must be {{group: <string>, kind: <string>}}")
-        out.add(GroupKind(item.get("group", ""), item["kind"]))
+        out.add(GroupKind(canonical_group(item.get("group", "")), item["kind"]))
     return frozenset(out)
 
 

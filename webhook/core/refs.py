@@ -11,6 +11,14 @@ from typing import Any, NamedTuple
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 CORE_GROUP = ""
+# SPEC §1.4: `core` names the core group too (NGINX Gateway Fabric writes it in every
+# UpstreamSettingsPolicy); it is read as `""` wherever a group is read, and printed as `""`.
+CORE_GROUP_ALIAS = "core"
+
+
+def canonical_group(group: str) -> str:
+    """The group as this project compares and prints it: `core` is the core group, `""`."""
+    return CORE_GROUP if group == CORE_GROUP_ALIAS else group
 
 
 class GroupKind(NamedTuple):

@@ -1,4 +1,4 @@
-"""Shape rules PA-S01…PA-S14 (SPEC §2.1): what a policy's `spec` may look like.
+"""Shape rules PA-S01…PA-S15 (SPEC §2.1): what a policy's `spec` may look like.
 
 Each check looks at the raw spec as the user wrote it, so that every field path in a finding
 points at what they typed. Checks never stop at the first problem.
@@ -11,9 +11,21 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from webhook.core.findings import Finding
+from webhook.core.kinds import DEFAULT_TARGETS
 from webhook.core.leaves import Path, child_schema, leaves, top_fields
-from webhook.core.policy import WRAPPER_KEYS, raw_target_refs, spec_proper_of, wrappers_in
+from webhook.core.policy import (
+    SELECTORS_KEY,
+    STRATEGIES,
+    WRAPPER_KEYS,
+    raw_target_refs,
+    raw_target_selectors,
+    spec_proper_of,
+    split_stanza,
+    stanza_selector_of,
+    wrappers_in,
+)
 from webhook.core.profiles import KindProfile, PolicyClass
+from webhook.core.refs import CORE_GROUP, GATEWAY_GROUP, canonical_group
 
 MAX_TARGET_REFS = 16  # Gateway API: targetRefs has maxItems 16
 
@@ -27,9 +39,11 @@ def check(
     spec: Mapping[str, Any], *, profile: KindProfile, policy_class: PolicyClass
 ) -> list[Finding]:
     findings: list[Finding] = []
-    findings += _target_fields(spec)
+    findings += _target_fields(spec, target_optional=profile.target_optional)
     for path, raw in raw_target_refs(spec):
         findings += _ref_schema(path, raw)
+    for path, raw in raw_target_selectors(spec):
+        findings += _selector_schema(path, raw)
     findings += _duplicates(spec)
     findings += _wrappers(spec, profile=profile, policy_class=policy_class)
     return findings
@@ -38,20 +52,27 @@ def check(
 # --- targets --------------------------------------------------------------------------------
 
 
-def _target_fields(spec: Mapping[str, Any]) -> Iterator[Finding]:
+def _target_fields(spec: Mapping[str, Any], *, target_optional: bool) -> Iterator[Finding]:
     single, many = spec.get("targetRef"), spec.get("targetRefs")
+    selectors = spec.get(SELECTORS_KEY)
     if single is not None and many is not None:
         yield Finding(
             "PA-S01", "spec.targetRef", "set together with spec.targetRefs; keep one of them"
         )
+    if selectors is not None and not isinstance(selectors, list):
+        yield Finding(
+            "PA-S04", f"spec.{SELECTORS_KEY}", f"must be a list, got {type(selectors).__name__}"
+        )
     if many is not None and not isinstance(many, list):
         yield Finding("PA-S04", "spec.targetRefs", f"must be a list, got {type(many).__name__}")
         return
-    if single is None and not many:
+    # SPEC §1.7: a selector is a target; a kind whose policies may be named from elsewhere
+    # (the catalog's `target_optional`) needs none.
+    if single is None and not many and not selectors and not target_optional:
         what = (
             "spec.targetRefs is empty"
             if many == []
-            else "neither spec.targetRef nor spec.targetRefs is set"
+            else "none of spec.targetRef, spec.targetRefs, spec.targetSelectors is set"
         )
         yield Finding("PA-S02", "spec.targetRefs", f"{what}: the policy applies to nothing")
     if isinstance(many, list) and len(many) > MAX_TARGET_REFS:
@@ -67,6 +88,11 @@ def ref_is_well_formed(raw: object) -> bool:
     return not any(True for _ in _ref_schema("", raw))
 
 
+def ref_is_well_formed_selector(raw: object) -> bool:
+    """True when PA-S04 has nothing to say about this `targetSelectors` entry."""
+    return not any(True for _ in _selector_schema("", raw))
+
+
 def _ref_schema(path: str, raw: object) -> Iterator[Finding]:
     if not isinstance(raw, Mapping):
         yield Finding(
@@ -75,12 +101,48 @@ def _ref_schema(path: str, raw: object) -> Iterator[Finding]:
         return
     for name in ("group", "kind", "name"):
         if name not in raw:
-            hint = ' (use "" for the core group, e.g. Service)' if name == "group" else ""
+            hint = _group_hint(raw.get("kind")) if name == "group" else ""
             yield Finding("PA-S04", f"{path}.{name}", f"is required{hint}")
     for name, value in raw.items():
         problem = _ref_field_problem(str(name), value)
         if problem:
             yield Finding("PA-S04", f"{path}.{name}", problem)
+
+
+def _group_hint(kind: object) -> str:
+    """SPEC §2.1: the group the missing `group` most likely is, for the kind the ref names."""
+    groups = {gk.group for gk in DEFAULT_TARGETS if gk.kind == kind}
+    if groups == {GATEWAY_GROUP}:
+        return f' (for a {kind}: "{GATEWAY_GROUP}")'
+    if groups == {CORE_GROUP}:
+        return f' (for a {kind}: "", the core group)'
+    return (
+        ' ("" for the core group, e.g. Service; "gateway.networking.k8s.io" for Gateway API kinds)'
+    )
+
+
+def _selector_schema(path: str, raw: object) -> Iterator[Finding]:
+    """A `targetSelectors` entry: a kind, an optional group, and LabelSelector fields."""
+    if not isinstance(raw, Mapping):
+        yield Finding(
+            "PA-S04", path, f"must be an object with kind and matchLabels, got {type(raw).__name__}"
+        )
+        return
+    if "kind" not in raw:
+        yield Finding("PA-S04", f"{path}.kind", "is required")
+    for name in ("group", "kind"):
+        if name in raw:
+            problem = _ref_field_problem(name, raw[name])
+            if problem:
+                yield Finding("PA-S04", f"{path}.{name}", problem)
+    labels = raw.get("matchLabels")
+    if labels is not None and not (
+        isinstance(labels, Mapping) and all(isinstance(v, str) for v in labels.values())
+    ):
+        yield Finding("PA-S04", f"{path}.matchLabels", "must map label names to strings")
+    expressions = raw.get("matchExpressions")
+    if expressions is not None and not isinstance(expressions, list):
+        yield Finding("PA-S04", f"{path}.matchExpressions", "must be a list")
 
 
 def _ref_field_problem(name: str, value: object) -> str | None:
@@ -116,8 +178,9 @@ def _duplicates(spec: Mapping[str, Any]) -> Iterator[Finding]:
     for path, raw in ((f"spec.targetRefs[{i}]", r) for i, r in enumerate(refs)):
         if not isinstance(raw, Mapping):
             continue
+        group = raw.get("group", "")
         identity = (
-            raw.get("group", ""),
+            canonical_group(group) if isinstance(group, str) else group,
             raw.get("kind"),
             raw.get("name"),
             raw.get("namespace") or "",
@@ -150,7 +213,7 @@ def _duplicates(spec: Mapping[str, Any]) -> Iterator[Finding]:
 def _wrappers(
     spec: Mapping[str, Any], *, profile: KindProfile, policy_class: PolicyClass
 ) -> list[Finding]:
-    present = wrappers_in(spec)
+    present = wrappers_in(spec, profile)
     findings: list[Finding] = []
     if policy_class == "Direct":
         for key in present:
@@ -180,7 +243,7 @@ def _wrappers(
         )
         findings.append(
             Finding(
-                "PA-S14",
+                "PA-S15",
                 "spec",
                 f"{profile.group_kind.kind} uses {expected}; found {', '.join(sorted(present))}",
             )
@@ -191,7 +254,8 @@ def _wrappers(
             findings.append(
                 Finding("PA-S08", f"spec.{key}", f"must be an object of settings, got {kind}")
             )
-    proper = spec_proper_of(spec)
+    findings += _stanza_selectors(present, profile)
+    proper = spec_proper_of(spec, profile)
     if present:
         for name in sorted(proper):
             findings.append(
@@ -205,6 +269,24 @@ def _wrappers(
     return findings
 
 
+def _stanza_selectors(present: Mapping[str, Any], profile: KindProfile) -> Iterator[Finding]:
+    """PA-S14: a merge selector the kind is known to have, with a value it does not know."""
+    name = profile.stanza_selector
+    if name is None:
+        return
+    for key, value in present.items():
+        if isinstance(value, Mapping) and name in value and value[name] not in STRATEGIES:
+            yield Finding(
+                "PA-S14",
+                f"spec.{key}.{name}",
+                f"{_quoted(value[name])} is not a merge strategy; use atomic or merge",
+            )
+
+
+def _quoted(value: object) -> str:
+    return f'"{value}"' if isinstance(value, str) else f"{type(value).__name__} {value!r}"[:40]
+
+
 def _stanza_content(
     spec: Mapping[str, Any],
     present: Mapping[str, Any],
@@ -216,7 +298,8 @@ def _stanza_content(
     for key, value in present.items():
         if isinstance(value, Mapping):
             stanza = WRAPPER_KEYS[key][0]
-            found = leaves(value, child_schema(profile.spec_schema, key))
+            settings, _ = split_stanza(value, profile)  # selectors are no settings (SPEC §1.7)
+            found = leaves(settings, child_schema(profile.spec_schema, key))
             if stanza not in stanza_leaves or not stanza_leaves[stanza][1]:
                 stanza_leaves[stanza] = (key, found)
     findings: list[Finding] = []
@@ -228,9 +311,15 @@ def _stanza_content(
         and not (not present and leaves(proper, profile.spec_schema))
     ):
         where = f"spec.{next(iter(present))}" if present else "spec"
-        findings.append(
-            Finding("PA-S10", where, "an Inherited policy must set at least one field to apply")
+        only_selectors = any(
+            isinstance(v, Mapping) and stanza_selector_of(profile) in v for v in present.values()
         )
+        what = (
+            "holds only a merge selector; an Inherited policy must set at least one field"
+            if only_selectors
+            else "an Inherited policy must set at least one field to apply"
+        )
+        findings.append(Finding("PA-S10", where, what))
     if "default" in stanza_leaves and "override" in stanza_leaves:
         default_key, default_leaves = stanza_leaves["default"]
         override_key, override_leaves = stanza_leaves["override"]

@@ -8,18 +8,21 @@ its one implementation; what fills it differs — the manifest loader for cluste
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from webhook.core import kinds
+from webhook.core.labels import labels_of
 from webhook.core.policy import Policy, read_policy, spec_of
 from webhook.core.profiles import (
     KindProfile,
     OperatorConfig,
+    base_profile,
     profile_from_crd,
     refine,
-    unknown_profile,
 )
 from webhook.core.refs import GroupKind, ObjectKey, key_of
+
+Slot = TypeVar("Slot")
 
 # Listener signature: (key, old object or None, new object or None).
 ChangeListener = Callable[[ObjectKey, Mapping[str, Any] | None, Mapping[str, Any] | None], None]
@@ -47,6 +50,8 @@ class ClusterView(Protocol):
 
     def policies_targeting(self, target: ObjectKey) -> Sequence[Policy]: ...
 
+    def policies_selecting(self, namespace: str, gk: GroupKind) -> Sequence[Policy]: ...
+
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
 
     def reference_grants(self, namespace: str) -> Sequence[Mapping[str, Any]]: ...
@@ -69,6 +74,8 @@ class Store:
         self._crd_kind: dict[ObjectKey, GroupKind] = {}  # CRD object → the kind it defines
         self._policies: dict[ObjectKey, Policy] = {}
         self._by_target: dict[ObjectKey, dict[ObjectKey, Policy]] = {}
+        # Policies with `targetSelectors` (SPEC §1.7), by the namespace and kind they select in.
+        self._by_selector: dict[tuple[str, GroupKind], dict[ObjectKey, Policy]] = {}
         self._listeners: list[ChangeListener] = []
         self.revision = 0  # +1 per write
         # +1 per write that may move a policy: one created, deleted or retargeted, or a CRD (a
@@ -118,6 +125,10 @@ class Store:
     ) -> None:
         self.revision += 1
         self._changed_at[key.group_kind] = self.revision
+        if (key.namespace, key.group_kind) in self._by_selector and labels_of(old) != labels_of(
+            new
+        ):
+            self.attachment_revision += 1  # a selector may now pick it, or drop it
         if key.group_kind == kinds.CRD:
             self.attachment_revision += 1
             self._reindex_crd(key, new)
@@ -142,22 +153,25 @@ class Store:
     def _reindex_policy(self, key: ObjectKey, obj: Mapping[str, Any] | None) -> None:
         old = self._policies.pop(key, None)
         if old is not None:
-            for target in _target_keys(old):
-                holders = self._by_target.get(target)
-                if holders is not None:
-                    holders.pop(key, None)
-                    if not holders:
-                        del self._by_target[target]
+            self._unfile(old)
         policy = None
         if obj is not None and self.is_policy_object(key.group_kind, obj):
             policy = read_policy(obj, self.profile(key.group_kind))
-        if (old.targets if old else None) != (policy.targets if policy else None):
+        if _placement(old) != _placement(policy):
             self.attachment_revision += 1
         if policy is None:
             return
         self._policies[key] = policy
         for target in _target_keys(policy):
             self._by_target.setdefault(target, {})[key] = policy
+        for slot in _selector_slots(policy):
+            self._by_selector.setdefault(slot, {})[key] = policy
+
+    def _unfile(self, policy: Policy) -> None:
+        for target in _target_keys(policy):
+            _unfile_from(self._by_target, target, policy.key)
+        for slot in _selector_slots(policy):
+            _unfile_from(self._by_selector, slot, policy.key)
 
     # --- reading (ClusterView) --------------------------------------------------------------
 
@@ -188,8 +202,7 @@ class Store:
         return len(self._by_kind.get(gk, {}))
 
     def profile(self, gk: GroupKind) -> KindProfile:
-        base = self._crd_profiles.get(gk) or unknown_profile(gk)
-        return refine(base, self._config)
+        return refine(base_profile(gk, self._crd_profiles.get(gk)), self._config)
 
     def policy_kinds(self) -> Sequence[KindProfile]:
         names = set(self._crd_profiles) | set(self._config.kinds)
@@ -206,8 +219,20 @@ class Store:
         return self._policies.get(key)
 
     def policies_targeting(self, target: ObjectKey) -> Sequence[Policy]:
+        """Policies that name `target` in a targetRef, or whose selector picks it now."""
         holders = self._by_target.get(target)
+        selecting = self._by_selector.get((target.namespace, target.group_kind))
+        if selecting:
+            obj = self._by_key.get(target)
+            picked = [p for p in selecting.values() if p.selects(target, obj)]
+            if picked:
+                holders = {**(holders or {}), **{p.key: p for p in picked}}
         return sorted(holders.values(), key=lambda p: p.order_key) if holders else ()
+
+    def policies_selecting(self, namespace: str, gk: GroupKind) -> Sequence[Policy]:
+        """Policies with a `targetSelectors` entry for `gk` in `namespace`, whatever it picks."""
+        selecting = self._by_selector.get((namespace, gk))
+        return sorted(selecting.values(), key=lambda p: p.order_key) if selecting else ()
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         ns = self.get(ObjectKey("", "Namespace", "", name))
@@ -234,5 +259,23 @@ def looks_like_policy(gk: GroupKind, obj: Mapping[str, Any], profile: KindProfil
     return spec is not None and ("targetRef" in spec or "targetRefs" in spec)
 
 
+def _unfile_from(index: dict[Slot, dict[ObjectKey, Policy]], slot: Slot, key: ObjectKey) -> None:
+    holders = index.get(slot)
+    if holders is not None:
+        holders.pop(key, None)
+        if not holders:
+            del index[slot]
+
+
 def _target_keys(policy: Policy) -> set[ObjectKey]:
     return {ref.target_key(policy.key.namespace) for ref in policy.targets}
+
+
+def _selector_slots(policy: Policy) -> set[tuple[str, GroupKind]]:
+    """Each (namespace, kind) a `targetSelectors` entry searches: always the policy's own."""
+    return {(policy.key.namespace, s.group_kind) for s in policy.selectors}
+
+
+def _placement(policy: Policy | None) -> object:
+    """What decides where a policy attaches: a change of it moves the policy."""
+    return None if policy is None else (policy.targets, policy.selectors)

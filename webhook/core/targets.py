@@ -1,4 +1,4 @@
-"""Target rules PA-T01…PA-T09 and PA-S13 (SPEC §2.2): what a policy may point at.
+"""Target rules PA-T01…PA-T10 and PA-S13 (SPEC §2.2): what a policy may point at.
 
 Static checks first (allowed kinds, scope, sections, grants); the checks against the current
 state (exists, has the section, is being deleted) only run for refs that passed them, so one
@@ -13,7 +13,16 @@ from typing import Any
 from webhook.core import kinds, shape
 from webhook.core.findings import Finding
 from webhook.core.grants import reference_granted
-from webhook.core.policy import TargetRef, raw_target_refs, read_target_ref, wrappers_in
+from webhook.core.labels import labels_of, selector_matches
+from webhook.core.policy import (
+    TargetRef,
+    TargetSelector,
+    raw_target_refs,
+    raw_target_selectors,
+    read_target_ref,
+    read_target_selector,
+    wrappers_in,
+)
 from webhook.core.profiles import KindProfile, PolicyClass
 from webhook.core.refs import GroupKind, ObjectKey
 from webhook.core.store import ClusterView
@@ -38,8 +47,8 @@ def check(
     ]
     findings: list[Finding] = []
     if policy_class == "Direct":
-        findings += _direct_one_kind(refs)
-    has_override = any(key in ("override", "overrides") for key in wrappers_in(spec))
+        findings += _direct_one_kind(refs, profile)
+    has_override = any(key in ("override", "overrides") for key in wrappers_in(spec, profile))
     for ref in refs:
         static = list(
             _static(ref, profile=profile, policy_gk=policy_gk, namespace=namespace, view=view)
@@ -53,14 +62,29 @@ def check(
                 )
             )
         findings += static
-        if not static:
+        if not static:  # state is judged only for refs the static rules have nothing against
             findings += _against_state(ref, namespace=namespace, view=view)
+    for path, raw in raw_target_selectors(spec):
+        selector = (
+            read_target_selector(path, raw) if shape.ref_is_well_formed_selector(raw) else None
+        )
+        if selector is not None:
+            findings += _selector(selector, profile=profile, namespace=namespace, view=view)
     return findings
 
 
-def _direct_one_kind(refs: list[TargetRef]) -> Iterator[Finding]:
-    kinds_named = sorted({str(ref.group_kind) for ref in refs})
-    if len(kinds_named) > 1:
+def _direct_one_kind(refs: list[TargetRef], profile: KindProfile) -> Iterator[Finding]:
+    """PA-T02 — but not among the kinds a vendor's catalog entry lists for its Direct kind:
+    its API server accepts such a mix (NGINX Gateway Fabric's ObservabilityPolicy on an
+    HTTPRoute and a GRPCRoute), so denying it would be a false denial (docs/decisions.md)."""
+    named = {ref.group_kind for ref in refs}
+    vendor_allows = (
+        profile.catalog_source is not None
+        and not profile.targets_configured
+        and named <= profile.allowed_targets
+    )
+    kinds_named = sorted(str(gk) for gk in named)
+    if len(kinds_named) > 1 and not vendor_allows:
         yield Finding(
             "PA-T02",
             "spec.targetRefs",
@@ -72,23 +96,10 @@ def _static(
     ref: TargetRef, *, profile: KindProfile, policy_gk: GroupKind, namespace: str, view: ClusterView
 ) -> Iterator[Finding]:
     gk = ref.group_kind
-    typo = _case_typo(gk)
-    if typo is not None:
-        yield Finding(
-            "PA-T09",
-            f"{ref.field}.kind",
-            f'"{ref.kind}" is not a kind; kinds are case-sensitive: did you mean "{typo.kind}"?',
-        )
-    if typo is not None and typo in profile.allowed_targets:
-        return  # PA-T09 said it all: the kind is right but for its letter case
-    if gk not in profile.allowed_targets:
-        allowed = describe_kinds(profile.allowed_targets)
-        yield Finding(
-            "PA-T01",
-            f"{ref.field}.kind",
-            f"{profile.group_kind.kind} cannot target {gk}; allowed: {allowed}",
-        )
-        return
+    kind_findings = list(_kind_allowed(gk, f"{ref.field}.kind", profile=profile))
+    yield from kind_findings
+    if kind_findings and _case_typo(gk) in profile.allowed_targets:
+        return  # one mistake, one message: PA-T09 said the kind is right but for its case
     if ref.section_name and gk in kinds.KNOWN_KINDS and not kinds.has_sections(gk):
         yield Finding(
             "PA-T05", f"{ref.field}.sectionName", f"{ref.kind} has no sections; remove sectionName"
@@ -105,16 +116,57 @@ def _static(
         )
 
 
-def describe_kinds(gks: frozenset[GroupKind]) -> str:
-    """`Gateway, HTTPRoute (gateway.networking.k8s.io); Service (core)` — short enough to read."""
-    by_group: dict[str, list[str]] = {}
-    for gk in gks:
-        by_group.setdefault(gk.group, []).append(gk.kind)
-    parts = [
-        f"{', '.join(sorted(names))} ({group or 'core'})"
-        for group, names in sorted(by_group.items(), key=lambda item: (item[0] == "", item[0]))
-    ]
-    return "; ".join(parts)
+def _kind_allowed(gk: GroupKind, field: str, *, profile: KindProfile) -> Iterator[Finding]:
+    """PA-T09 for a kind spelt in the wrong letter case, else PA-T01 for a kind the policy is
+    not known to target (SPEC §2.2: a DENY only where the operator's config lists them)."""
+    typo = _case_typo(gk)
+    if typo is not None:
+        yield Finding(
+            "PA-T09",
+            field,
+            f'"{gk.kind}" is not a kind; kinds are case-sensitive: did you mean "{typo.kind}"?',
+        )
+        if typo in profile.allowed_targets:
+            return  # PA-T09 said it all: the kind is right but for its letter case
+    if gk in profile.allowed_targets:
+        return
+    allowed = kinds.describe_kinds(profile.allowed_targets)
+    name = profile.group_kind.kind
+    if profile.targets_configured:
+        message = f"{name} cannot target {_show(gk)}; allowed: {allowed}"
+    else:
+        message = f"{name} is not known to target {_show(gk)} (known: {allowed}); its effect there is not shown"
+    yield Finding("PA-T01", field, message)
+
+
+def _show(gk: GroupKind) -> str:
+    """A kind as messages print it: `Service` for the core group (SPEC §1.4), else `Kind.group`."""
+    return str(gk)
+
+
+def _selector(
+    selector: TargetSelector, *, profile: KindProfile, namespace: str, view: ClusterView
+) -> Iterator[Finding]:
+    """SPEC §1.7: a selector's kind is judged as a ref's; one that picks nothing (yet) among
+    the objects the webhook watches is PA-T06, as a ref to a missing object is."""
+    gk = selector.group_kind
+    kind_findings = list(_kind_allowed(gk, f"{selector.field}.kind", profile=profile))
+    yield from kind_findings
+    if kind_findings or gk not in kinds.DEFAULT_TARGETS or kinds.is_cluster_scoped(gk):
+        return
+    if not any(_picks(selector, namespace, obj) for obj in view.objects(gk)):
+        yield Finding(
+            "PA-T06",
+            selector.field,
+            f'no {selector.kind} in namespace "{namespace}" matches (yet); the policy has no effect until one does',
+        )
+
+
+def _picks(selector: TargetSelector, namespace: str, obj: Mapping[str, Any]) -> bool:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping) or metadata.get("namespace") != namespace:
+        return False
+    return selector_matches(selector.selector, labels_of(obj))
 
 
 def _case_typo(gk: GroupKind) -> GroupKind | None:
@@ -126,9 +178,10 @@ def _scope(ref: TargetRef, *, namespace: str) -> Iterator[Finding]:
     gk = ref.group_kind
     if namespace and gk == kinds.GATEWAY_CLASS:
         yield Finding(
-            "PA-T04",
+            "PA-T10",
             f"{ref.field}.kind",
-            "a namespaced policy cannot target a GatewayClass (cluster-scoped)",
+            "a namespaced policy targets a cluster-scoped GatewayClass; check that your "
+            "implementation reads such policies",
         )
     elif namespace and gk == kinds.NAMESPACE and ref.name != namespace:
         yield Finding(
@@ -168,10 +221,6 @@ def _cross_namespace(
             where,
             f'no ReferenceGrant in "{ref.namespace}" lets {policy_gk.kind} from "{namespace}" target {ref.kind} "{ref.name}"',
         )
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _against_state(ref: TargetRef, *, namespace: str, view: ClusterView) -> Iterator[Finding]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core import kinds
-from webhook.core.profiles import POLICY_LABEL, class_from_label
+from webhook.core.profiles import is_policy_crd
 from webhook.core.refs import GroupKind, group_of
 
 # Read by the rules (4.4 order, PA-T08 deleting targets), by key_of and by the informers.
@@ -53,7 +53,7 @@ def trim(obj: Mapping[str, Any], *, keep_annotation: str = "") -> dict[str, Any]
     if gk == kinds.SERVICE:
         out["spec"] = _trim_service_spec(spec)
     elif gk == kinds.CRD:
-        out["spec"] = _trim_crd_spec(spec, is_policy=_is_policy_crd(metadata))
+        out["spec"] = _trim_crd_spec(spec, is_policy=is_policy_crd(obj))
     else:
         out["spec"] = spec  # Gateway API objects and policies: the rules read all of it
     return out
@@ -81,11 +81,6 @@ def _trim_service_spec(spec: object) -> object:
             for port in ports
         ]
     }
-
-
-def _is_policy_crd(metadata: object) -> bool:
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    return isinstance(labels, Mapping) and class_from_label(labels.get(POLICY_LABEL)) is not None
 
 
 def _trim_crd_spec(spec: object, *, is_policy: bool) -> object:

@@ -1,7 +1,8 @@
 """Regenerate the docs pages that are made from code: `python -m webhook.shell.docgen`.
 
-`docs/rules.md` comes from the rule table and `docs/configuration.md`'s flag reference from
-the argument parser, so neither page can drift from the code; a test compares them.
+`docs/rules.md` comes from the rule table, `docs/catalog.md` from the built-in kind profiles
+and `docs/configuration.md`'s flag reference from the argument parser, so no page can drift
+from the code; a test compares them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from webhook.core.catalog import catalog_markdown
 from webhook.core.ruletable import rules_markdown
 from webhook.shell.cli import build_parser, env_name
 
@@ -58,6 +60,7 @@ def pages() -> dict[Path, str]:
     return {
         DOCS / "rules.md": splice(DOCS / "rules.md", rules_markdown()),
         DOCS / "configuration.md": splice(DOCS / "configuration.md", flags_markdown()),
+        DOCS / "catalog.md": splice(DOCS / "catalog.md", catalog_markdown()),
     }
 
 
