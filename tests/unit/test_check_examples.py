@@ -98,3 +98,54 @@ def test_the_console_script_runs_as_a_process() -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+NAMESPACELESS = """
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {name: retry-storefront}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}]
+  default: {maxRetries: 2}
+"""
+
+
+def test_a_policy_without_a_namespace_is_judged_in_the_namespace_n_gives_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """SPEC §7 rev. 2: as `kubectl apply -n` would send it — not as a cluster-scoped policy."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(NAMESPACELESS, encoding="utf-8")
+    code, out = run_check(
+        capsys, "-o", "json", "-n", "apps", str(EXAMPLES / "cluster"), str(policy)
+    )
+    (mine,) = [p for p in json.loads(out)["policies"] if p["file"] == str(policy)]
+    assert code == 0 and mine["namespace"] == "apps"
+    # It meets the route and the policies already on it, in `apps`.
+    assert {f["rule"] for f in mine["findings"]} == {"PA-C01", "PA-C02"}
+    code, out = run_check(capsys, "-o", "json", str(EXAMPLES / "cluster"), str(policy))
+    (mine,) = [p for p in json.loads(out)["policies"] if p["file"] == str(policy)]
+    assert code == 0 and mine["namespace"] == "default"
+    assert {f["rule"] for f in mine["findings"]} == {"PA-T06"}  # no storefront in `default`
+
+
+def test_a_cluster_scoped_object_keeps_no_namespace(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    gateway_class = tmp_path / "class.yaml"
+    gateway_class.write_text(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\n"
+        "metadata: {name: other, namespace: apps}\nspec: {controllerName: example.net/x}\n",
+        encoding="utf-8",
+    )
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        NAMESPACELESS.replace(
+            "kind: HTTPRoute, name: storefront", "kind: GatewayClass, name: other"
+        ),
+        encoding="utf-8",
+    )
+    code, out = run_check(capsys, "-o", "json", str(EXAMPLES / "cluster"), str(tmp_path))
+    (mine,) = [p for p in json.loads(out)["policies"] if p["file"] == str(policy)]
+    # A namespaced policy on the GatewayClass found by its cluster-wide name: PA-T10 only.
+    assert code == 0 and {f["rule"] for f in mine["findings"]} - {"PA-C04"} == {"PA-T10"}

@@ -19,7 +19,7 @@ from webhook.core.ruletable import RULE_IDS, rules_markdown
 from webhook.core.settings import DEFAULT_ANNOTATION_MAX_BYTES, DEFAULT_ANNOTATION_PREFIX, Settings
 from webhook.shell import check as check_cmd
 from webhook.shell.errors import UsageError
-from webhook.shell.manifests import ManifestError, load_store
+from webhook.shell.manifests import DEFAULT_NAMESPACE, ManifestError, load_store
 
 ENV_PREFIX = "POLICY_WEBHOOK_"
 
@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         "paths", nargs="+", metavar="PATH", help="files or folders of YAML manifests"
     )
     check.add_argument("-o", "--output", choices=("human", "json"), default="human")
+    check.add_argument(
+        "-n",
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        help="namespace of namespaced objects that name none, as `kubectl apply -n` gives "
+        f"them (default {DEFAULT_NAMESPACE})",
+    )
 
     explain = sub.add_parser("explain", help="why an object gets the effective policy it gets")
     add_engine_flags(explain)
@@ -126,7 +133,7 @@ def run_check(args: argparse.Namespace) -> int:
     settings = settings_from(args, config)
     from webhook.core.store import Store
 
-    store, where = load_store(args.paths, Store(config))
+    store, where = load_store(args.paths, Store(config), namespace=args.namespace)
     results = check_cmd.check_store(store, where, settings)
     if args.output == "json":
         check_cmd.print_json(results, sys.stdout)

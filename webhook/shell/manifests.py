@@ -15,10 +15,12 @@ from typing import Any
 
 import yaml
 
+from webhook.core import scopes
 from webhook.core.refs import ObjectKey
 from webhook.core.store import Store
 
 _SUFFIXES = (".yaml", ".yml", ".json")
+DEFAULT_NAMESPACE = "default"  # kubectl's, for a context that names none
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser is ~10x faster
 
 
@@ -106,17 +108,23 @@ def read_paths(paths: Iterable[str]) -> list[Located]:
 
 
 def load_store(
-    paths: Iterable[str], store: Store | None = None
+    paths: Iterable[str], store: Store | None = None, *, namespace: str = DEFAULT_NAMESPACE
 ) -> tuple[Store, dict[ObjectKey, Located]]:
     """A store holding every object under `paths`, and where each one came from.
 
-    Objects in the same file or folder may come in any order (a policy before its CRD);
+    Each object is placed as `kubectl apply -n <namespace>` would place it (`scopes`): a
+    namespaced one without a namespace gets `namespace`. Objects in the same file or folder may
+    come in any order (a policy before its CRD): scopes are read from all of them first, and
     the store re-reads a kind's objects when its CRD arrives.
     """
     store = store if store is not None else Store()
+    found = read_paths(paths)
+    cluster_scoped = scopes.cluster_scoped_kinds(located.obj for located in found)
     where: dict[ObjectKey, Located] = {}
-    for located in read_paths(paths):
-        key = store.upsert(located.obj)
+    for located in found:
+        obj = scopes.as_applied(located.obj, namespace=namespace, cluster_scoped=cluster_scoped)
+        placed = located if obj is located.obj else Located(obj, located.path, located.line)
+        key = store.upsert(obj)
         if key is not None:
-            where[key] = located
+            where[key] = placed
     return store, where
