@@ -34,6 +34,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GATEWAY_API_VERSION = "v1.6.1"
+# The project's own Gateway API CRDs, for a checkout without the upstream ones beside it.
+FALLBACK_CRD_DIR = Path(__file__).resolve().parent / "crds" / "gateway-api"
+# The suite's channel: ListenerSet and the x-k8s.io policy kinds are in it.
+SUITE_CHANNEL = "experimental"
+# auto (default): upstream when found, else the fallback; upstream or fallback: that one only.
+CRD_CHOICE_ENV = "E2E_GATEWAY_API_CRDS"
+CRD_CHOICES = ("auto", "upstream", "fallback")
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 15.0
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -57,12 +64,51 @@ class Ports:
     apiserver: int
 
 
+@dataclass(frozen=True, slots=True)
+class GatewayApiCrds:
+    """Which Gateway API CRDs a cluster gets, and why: the session header says it in one line."""
+
+    directory: Path  # the folder the CRD files are read from
+    upstream: bool
+    channel: str
+    reason: str = ""  # why the fallback, when it is the fallback
+
+    def describe(self) -> str:
+        if self.upstream:
+            return f"upstream {GATEWAY_API_VERSION} {self.channel} from {self.directory}"
+        return f"the project's own fallback CRDs ({self.reason})"
+
+
 def gateway_api_dir() -> Path:
     """GATEWAY_API_DIR, else the upstream CRDs kept beside the repo in ../shared."""
     configured = os.environ.get("GATEWAY_API_DIR")
     if configured:
         return Path(configured).expanduser().resolve()
     return REPO_ROOT.parent / "shared" / "gateway-api" / GATEWAY_API_VERSION
+
+
+def choose_gateway_api_crds(channel: str, source_dir: Path | None = None) -> GatewayApiCrds:
+    """Upstream's channel when it is there, else the project's fallback (E2E_GATEWAY_API_CRDS).
+
+    A fresh clone has no ../shared; its suite must still run, so `auto` falls back to the CRDs
+    kept under tests/e2e/crds. `upstream` refuses to fall back (for a run that must prove the
+    upstream CRDs), `fallback` never looks for them. The fallback stands for the experimental
+    channel, whichever channel is asked for: the suite installs no other.
+    """
+    choice = os.environ.get(CRD_CHOICE_ENV, "").strip().lower() or "auto"
+    if choice not in CRD_CHOICES:
+        raise ClusterError(f"{CRD_CHOICE_ENV}={choice!r}: expected one of {', '.join(CRD_CHOICES)}")
+    if choice == "fallback":
+        return GatewayApiCrds(FALLBACK_CRD_DIR, False, channel, f"{CRD_CHOICE_ENV}=fallback")
+    directory = (source_dir or gateway_api_dir()) / channel
+    if directory.is_dir():
+        return GatewayApiCrds(directory, True, channel)
+    if choice == "upstream":
+        raise ClusterError(
+            f"no Gateway API channel at {directory} ({CRD_CHOICE_ENV}=upstream): set "
+            f"GATEWAY_API_DIR, or unset {CRD_CHOICE_ENV} to let the fallback CRDs stand in"
+        )
+    return GatewayApiCrds(FALLBACK_CRD_DIR, False, channel, f"upstream not found at {directory}")
 
 
 def find_kubectl() -> str:
@@ -204,9 +250,11 @@ class LocalCluster:
 
     def install_gateway_api_crds(
         self, channel: str = "standard", source_dir: Path | None = None
-    ) -> list[str]:
-        """Install the Gateway API CRDs, edited so v1.20 accepts them; wait until Established."""
-        crds = load_gateway_api_crds(channel, source_dir)
+    ) -> GatewayApiCrds:
+        """Install the Gateway API CRDs (upstream's, edited for v1.20, or the project's fallback);
+        wait until Established, and say which were installed."""
+        chosen = choose_gateway_api_crds(channel, source_dir)
+        crds = load_gateway_api_crds(chosen)
         self.kubectl(
             "apply",
             "--server-side",
@@ -224,7 +272,7 @@ class LocalCluster:
             *(f"crd/{name}" for name in names),
             timeout=90,
         )
-        return names
+        return chosen
 
     # ------------------------------------------------------------------ logs
 
@@ -421,19 +469,19 @@ class LocalCluster:
 # ---------------------------------------------------------------------- Gateway API CRDs
 
 
-def load_gateway_api_crds(
-    channel: str = "standard", source_dir: Path | None = None
-) -> list[dict[str, Any]]:
-    """The channel's CRDs (kustomization order), adapted to what kube-apiserver v1.20 accepts."""
-    directory = (source_dir or gateway_api_dir()) / channel
-    if not directory.is_dir():
-        raise ClusterError(f"no Gateway API channel at {directory} (set GATEWAY_API_DIR)")
+def load_gateway_api_crds(chosen: GatewayApiCrds) -> list[dict[str, Any]]:
+    """The chosen CRDs: upstream's channel (kustomization order) adapted to what
+    kube-apiserver v1.20 accepts, or the fallback's files as written (they need no edit)."""
+    if not chosen.directory.is_dir():
+        raise ClusterError(f"no Gateway API CRDs at {chosen.directory} (set GATEWAY_API_DIR)")
     crds: list[dict[str, Any]] = []
-    for path in _channel_files(directory):
+    for path in _channel_files(chosen.directory):
         for doc in yaml.safe_load_all(path.read_text()):
             # Only CRDs: the bundle's ValidatingAdmissionPolicy (safe-upgrades) is GA in 1.30.
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                crds.append(adapt_crd_for_v1_20(doc))
+                crds.append(adapt_crd_for_v1_20(doc) if chosen.upstream else doc)
+    if not crds:
+        raise ClusterError(f"no CustomResourceDefinition in {chosen.directory}")
     return crds
 
 
@@ -448,55 +496,37 @@ def _channel_files(directory: Path) -> list[Path]:
 
 
 def adapt_crd_for_v1_20(node: Any) -> Any:
-    """Drop every `x-kubernetes-validations` (CEL, from 1.25) and every `default: ""`; make
-    string properties `nullable`.
+    """Drop what kube-apiserver v1.20 cannot read: every `x-kubernetes-validations` (CEL, from
+    1.25) and each version's `selectableFields` (from 1.30).
 
-    Measured on v1.20.2: a CEL key is an unknown JSONSchemaProps field (kubectl's validation and
-    the server-side-apply typed patch both refuse it), and `default: ""` reaches the server's
-    check as null ("must be of type string"). So does a `""` value in an object (`group: ""` of
-    a parentRef or targetRef): with `nullable: true` the server accepts it and stores `""`.
-    List-map keys and array items stay as they are (a structural schema forbids nullable there).
+    Both are unknown fields of the CRD API there, and unknown fields are refused (measured for
+    CEL: by kubectl's validation and by the server-side-apply typed patch). Everything else
+    stays as upstream wrote it, `default: ""` included: provision.py patches the OpenAPI
+    validator that used to take `""` for null.
     """
-    return _nullable_strings(_without_v1_20_unknowns(node))
+    adapted = _without_cel(node)
+    if isinstance(adapted, dict) and isinstance(adapted.get("spec"), dict):
+        versions = adapted["spec"].get("versions")
+        if isinstance(versions, list):
+            adapted["spec"]["versions"] = [
+                {k: v for k, v in version.items() if k != "selectableFields"}
+                if isinstance(version, dict)
+                else version
+                for version in versions
+            ]
+    return adapted
 
 
-def _without_v1_20_unknowns(node: Any) -> Any:
+def _without_cel(node: Any) -> Any:
     if isinstance(node, dict):
         return {
-            key: _without_v1_20_unknowns(value)
+            key: _without_cel(value)
             for key, value in node.items()
-            if key != "x-kubernetes-validations" and not (key == "default" and value == "")
+            if key != "x-kubernetes-validations"
         }
     if isinstance(node, list):
-        return [_without_v1_20_unknowns(item) for item in node]
+        return [_without_cel(item) for item in node]
     return node
-
-
-def _nullable_strings(node: Any, map_keys: frozenset[str] = frozenset()) -> Any:
-    """`nullable: true` on every `type: string` property, except the list-map keys of `items`."""
-    if isinstance(node, list):
-        return [_nullable_strings(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    keys = frozenset(node.get("x-kubernetes-list-map-keys") or ())
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "properties" and isinstance(value, dict):
-            out[key] = {
-                name: _nullable_property(name, schema, map_keys) for name, schema in value.items()
-            }
-        elif key == "items":
-            out[key] = _nullable_strings(value, keys)
-        else:
-            out[key] = _nullable_strings(value)
-    return out
-
-
-def _nullable_property(name: str, schema: Any, map_keys: frozenset[str]) -> Any:
-    schema = _nullable_strings(schema)
-    if isinstance(schema, dict) and schema.get("type") == "string" and name not in map_keys:
-        return {**schema, "nullable": True}
-    return schema
 
 
 # ---------------------------------------------------------------------- helpers

@@ -2,9 +2,10 @@
 
 `cluster` provisions the binaries (cached; a cold build takes a few minutes), starts etcd and
 kube-apiserver v1.20.2 on loopback, installs the experimental Gateway API CRDs (ListenerSet
-included) and stops every process by PID at the end, also after failures. When a test fails, its
-report gains a section with the log directory and the tail of each process log. Every test under
-this folder is marked `e2e` here, so `pytest -m "not e2e"` skips them all.
+included; upstream's, or the project's fallback when upstream's are not found, and the session
+header says which) and stops every process by PID at the end, also after failures. When a test
+fails, its report gains a section with the log directory and the tail of each process log. Every
+test under this folder is marked `e2e` here, so `pytest -m "not e2e"` skips them all.
 """
 
 from __future__ import annotations
@@ -58,11 +59,15 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[cluster_lib.LocalCluster
         started = time.monotonic()
         local.start()
         ready = time.monotonic() - started
-        local.install_gateway_api_crds(channel="experimental")
-        print(
-            f"\n[e2e] apiserver {local.server} ready in {ready:.1f}s; "
-            f"CRDs in {time.monotonic() - started - ready:.1f}s; logs {local.log_dir}"
-        )
+        crds = local.install_gateway_api_crds(channel=cluster_lib.SUITE_CHANNEL)
+        # Uncaptured: which CRDs a run used must be on the terminal and in CI's log, pass or fail.
+        with _uncaptured(request.config):
+            print(
+                f"\n[e2e] apiserver {local.server} ready in {ready:.1f}s; "
+                f"CRDs in {time.monotonic() - started - ready:.1f}s; logs {local.log_dir}"
+                f"\n[e2e] Gateway API CRDs: {crds.describe()}",
+                flush=True,
+            )
         yield local
     finally:
         local.stop()
@@ -76,10 +81,14 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[cluster_lib.LocalCluster
 
 def _provision_visibly(config: pytest.Config) -> provision.Binaries:
     """A cold build takes minutes: let its progress lines through pytest's output capture."""
-    capture = config.pluginmanager.getplugin("capturemanager")
-    uncaptured = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
-    with uncaptured:
+    with _uncaptured(config):
         return provision.ensure_binaries()
+
+
+def _uncaptured(config: pytest.Config) -> contextlib.AbstractContextManager[None]:
+    """Output inside goes straight to the terminal, whatever pytest's capture mode."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    return capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
 
 
 @pytest.hookimpl(wrapper=True)

