@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from webhook_harness import EXAMPLES, REPO, WebhookProcess, apply_example_cluster, registered
+from webhook_harness import (
+    EXAMPLES,
+    REPO,
+    WebhookProcess,
+    apply_example_cluster,
+    kubectl,
+    registered,
+)
 
 from webhook.core.settings import Settings
 
@@ -46,16 +53,6 @@ def webhook(
     finally:
         process.stop()
         print(f"\n[e2e] webhook log: {process.log_path}")
-
-
-def kubectl(
-    cluster: LocalCluster, *args: str, input: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The real kubectl, run from the repository root so messages show the paths admins type."""
-    command = [cluster.kubectl_path, f"--kubeconfig={cluster.kubeconfig}", *args]
-    return subprocess.run(
-        command, input=input, capture_output=True, text=True, cwd=REPO, timeout=60, check=False
-    )
 
 
 def expected_findings(path: Path) -> list[dict[str, Any]]:
@@ -160,7 +157,7 @@ def test_updating_a_policy_prints_its_impact(
     try:
         assert done.returncode == 0, done.stderr
         assert "Warning: [PA-C04] changes maxRetries on" in done.stderr
-        assert "HTTPRoute" in done.stderr and "3→2" in done.stderr
+        assert "Gateway/infra/gw" in done.stderr and "3→2" in done.stderr
         assert (
             "Warning: [PA-C03] spec.override: beats 1 more specific policy: apps/storefront-retry"
             in done.stderr

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -147,10 +147,18 @@ def webhook_configurations(process: WebhookProcess, *, suffix: str = "e2e") -> l
 
 @contextmanager
 def registered(
-    cluster: LocalCluster, process: WebhookProcess, *, suffix: str = "e2e"
+    cluster: LocalCluster,
+    process: WebhookProcess,
+    *,
+    suffix: str = "e2e",
+    adapt: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> Iterator[None]:
-    """Webhook configurations live for the block, and are deleted after it whatever happens."""
+    """Webhook configurations live for the block, and are deleted after it whatever happens.
+
+    `adapt` changes the configurations first (a test's own rules)."""
     configs = webhook_configurations(process, suffix=suffix)
+    if adapt is not None:
+        configs = adapt(configs)
     cluster.apply(configs)
     time.sleep(1.5)  # the API server picks up new configurations within about a second
     try:
@@ -161,6 +169,17 @@ def registered(
             cluster.kubectl(
                 "delete", kind, doc["metadata"]["name"], "--ignore-not-found", check=False
             )
+
+
+def kubectl(
+    cluster: LocalCluster, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real kubectl, run from the repository root so messages show the paths admins type;
+    its exit code and output are the test's to judge."""
+    command = [cluster.kubectl_path, f"--kubeconfig={cluster.kubeconfig}", *args]
+    return subprocess.run(
+        command, input=input, capture_output=True, text=True, cwd=REPO, timeout=60, check=False
+    )
 
 
 def apply_example_cluster(cluster: LocalCluster) -> None:

@@ -252,3 +252,14 @@ spec:
     assert len(previews) >= 2
     assert all(len(line) <= 120 for line in previews), [len(line) for line in previews]
     assert all("Gateway/infra/gw unset→" in line for line in previews)  # still an example each
+
+
+def test_a_route_sent_to_validate_by_a_wide_rule_is_not_judged_as_a_policy() -> None:
+    """An admin who adds `gateway.networking.k8s.io` with `resources: ["*"]` to the policy
+    webhook's rules (for BackendTLSPolicy) must not get every HTTPRoute denied."""
+    store = store_of(CRDS, CLUSTER)
+    (route,) = [doc for doc in docs(CLUSTER) if doc["kind"] == "HTTPRoute"]
+    route["spec"] = {"parentRefs": []}  # no targetRefs: a policy would be PA-S02
+    request: Request = {**review("UPDATE", route), "object": route}
+    verdict = admission.validate(request, view=store, settings=Settings())
+    assert verdict.allowed and not verdict.judged

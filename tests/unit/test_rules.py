@@ -322,7 +322,8 @@ def test_a_target_kind_outside_the_default_list_is_only_warned_about(cluster: St
     )
     assert verdict.allowed
     (warning,) = verdict.warnings
-    assert warning.rule_id == "PA-T01" and "its effect there is not shown" in warning.message
+    assert warning.rule_id == "PA-T01" and "effect not shown" in warning.message
+    assert "(known: the Gateway API kinds, Service and Namespace (SPEC 1.4))" in warning.message
 
 
 SELECTOR = "  targetSelectors: [{kind: HTTPRoute, matchLabels: {app: shop}}]\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core import shape, targets
+from webhook.core import kinds, shape, targets
 from webhook.core.findings import Finding, Verdict, decide
 from webhook.core.policy import class_of, spec_of
 from webhook.core.refs import GroupKind, key_of
@@ -33,8 +33,8 @@ def validate(request: Request, *, view: ClusterView, settings: Settings) -> Verd
     gk = GroupKind(request["kind"].get("group", ""), request["kind"]["kind"])
     if request["operation"] == "DELETE":
         return _on_delete(request, gk, view=view, settings=settings)
-    if request["operation"] not in ("CREATE", "UPDATE"):
-        return Verdict()
+    if request["operation"] not in ("CREATE", "UPDATE") or gk in kinds.NEVER_POLICIES:
+        return Verdict()  # a route, Service, … sent by a wide rule: not a policy to judge
     obj = request.get("object") or {}
     return check_policy(obj, gk, view=view, settings=settings, old=request.get("oldObject"))
 

@@ -382,25 +382,31 @@ class _Shorts(NamedTuple):
 
 def _change_line(name: str, changes: Sequence[_Change]) -> str:
     """The line for one field, within SPEC §2.5's 120 characters: fewer examples shown, then
-    shorter values, until it fits; a field name too long for any of that is cut last."""
+    shorter values, then the objects counted as one number, until an example fits; a field
+    name too long for any of that is cut last."""
     counts: dict[str, int] = defaultdict(int)
     for obj in {change.obj for change in changes}:
         counts[obj.kind] += 1
-    on = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in sorted(counts.items()))
+    by_kind = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in sorted(counts.items()))
+    total = sum(counts.values())
     one_kind = len(counts) == 1
-    line = ""
-    for shown, value_limit in ((MAX_EXAMPLES, 24), (2, 24), (1, 24), (1, 12), (0, 0)):
-        # Examples with the same change share it: `apps/r1, apps/r2 5→3`.
-        by_change: dict[tuple[str, str], list[str]] = {}
-        for c in changes[:shown]:
-            change = (_cut(c.before, value_limit), _cut(c.after, value_limit))
-            by_change.setdefault(change, []).append(_name(c.where, one_kind))
-        examples = "; ".join(f"{', '.join(names)} {b}→{a}" for (b, a), names in by_change.items())
-        more = ", …" if len(changes) > shown and shown else "…" if not shown else ""
-        line = f"changes {name} on {on} ({examples}{more})"
-        if len(line) <= MAX_C04_LINE:
-            return line
-    return line[: MAX_C04_LINE - 1] + "…"
+    for on in (by_kind, f"{total} object{'' if total == 1 else 's'}"):
+        for shown, value_limit in ((MAX_EXAMPLES, 24), (2, 24), (1, 24), (1, 12)):
+            line = f"changes {name} on {on} ({_examples(changes[:shown], value_limit, one_kind)}"
+            line += ", …)" if len(changes) > shown else ")"
+            if len(line) <= MAX_C04_LINE:
+                return line
+    line = f"changes {name} on {by_kind} (…)"
+    return line if len(line) <= MAX_C04_LINE else line[: MAX_C04_LINE - 1] + "…"
+
+
+def _examples(changes: Sequence[_Change], value_limit: int, one_kind: bool) -> str:
+    """Examples with the same change share it: `apps/r1, apps/r2 5→3`."""
+    by_change: dict[tuple[str, str], list[str]] = {}
+    for c in changes:
+        change = (_cut(c.before, value_limit), _cut(c.after, value_limit))
+        by_change.setdefault(change, []).append(_name(c.where, one_kind))
+    return "; ".join(f"{', '.join(names)} {b}→{a}" for (b, a), names in by_change.items())
 
 
 def _cut(text: str, limit: int) -> str:

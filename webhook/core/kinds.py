@@ -102,12 +102,20 @@ KNOWN_KINDS: tuple[GroupKind, ...] = (
 )
 
 
+# Kinds that are never policies, whatever their spec looks like: the webhook never judges one
+# as a policy, even when an admin's webhook rules send it (a group's `resources: ["*"]`).
+NEVER_POLICIES = frozenset({*DEFAULT_TARGETS, REFERENCE_GRANT, CRD, *KNOWN_KINDS})
+
+
 def is_cluster_scoped(gk: GroupKind) -> bool:
     return gk in CLUSTER_SCOPED
 
 
 def describe_kinds(gks: frozenset[GroupKind]) -> str:
-    """`Gateway, HTTPRoute (gateway.networking.k8s.io); Service (core)` — short enough to read."""
+    """`Gateway, HTTPRoute (gateway.networking.k8s.io); Service (core)` — short enough to read;
+    SPEC §1.4's whole list in its own words, so a line that names it stays short (§2.5)."""
+    if gks == DEFAULT_TARGETS:
+        return "the Gateway API kinds, Service and Namespace (SPEC 1.4)"
     by_group: dict[str, list[str]] = {}
     for gk in gks:
         by_group.setdefault(gk.group, []).append(gk.kind)

@@ -27,11 +27,6 @@ Slot = TypeVar("Slot")
 # Listener signature: (key, old object or None, new object or None).
 ChangeListener = Callable[[ObjectKey, Mapping[str, Any] | None, Mapping[str, Any] | None], None]
 
-# Kinds that are never policies, whatever their spec looks like.
-_NOT_POLICIES = frozenset(
-    {*kinds.DEFAULT_TARGETS, kinds.REFERENCE_GRANT, kinds.CRD, *kinds.KNOWN_KINDS}
-)
-
 
 class ClusterView(Protocol):
     """What the rules and the engine may read about the cluster. Never written through."""
@@ -251,7 +246,7 @@ class Store:
 
 def looks_like_policy(gk: GroupKind, obj: Mapping[str, Any], profile: KindProfile) -> bool:
     """A policy kind by label or config — or an unknown kind with a targetRef (SPEC §1.3)."""
-    if gk in _NOT_POLICIES:
+    if gk in kinds.NEVER_POLICIES:
         return False
     if profile.known:
         return True

@@ -135,7 +135,7 @@ def _kind_allowed(gk: GroupKind, field: str, *, profile: KindProfile) -> Iterato
     if profile.targets_configured:
         message = f"{name} cannot target {_show(gk)}; allowed: {allowed}"
     else:
-        message = f"{name} is not known to target {_show(gk)} (known: {allowed}); its effect there is not shown"
+        message = f"{name} is not known to target {_show(gk)} (known: {allowed}); effect not shown"
     yield Finding("PA-T01", field, message)
 
 
