@@ -39,7 +39,7 @@ format: install
 	$(BIN)/ruff format webhook tests bench
 
 docs: install  ## regenerate the pages made from code (rules table, configuration reference)
-	$(BIN)/python -m webhook.shell.docgen
+	$(BIN)/python -m webhook.shell.cli.docgen
 
 bench: install  ## every benchmark figure of docs/performance.md
 	$(BIN)/python -m bench

@@ -23,10 +23,12 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import synth, traffic
-from webhook.core import effective, hierarchy_index, reviews, summary
-from webhook.core.refs import key_of
-from webhook.core.store import Store
-from webhook.shell import logs
+from webhook.core.admission import reviews
+from webhook.core.annotation import summary
+from webhook.core.engine import effective, hierarchy_index
+from webhook.core.model.refs import key_of
+from webhook.core.state.store import Store
+from webhook.shell.process import logs
 
 
 def _time(fn: Callable[[Any], Any], items: list[Any], repeat: int) -> float:
@@ -73,7 +75,7 @@ def run(*, scale: float = 0.1, seed: int = 1, rounds: int = 7) -> dict[str, floa
         {
             "time": "2026-01-01T00:00:00.000+00:00",
             "level": "INFO",
-            "logger": "webhook.shell.server",
+            "logger": "webhook.shell.https.server",
             "msg": "admission allowed",
             "uid": f"valid-route-{i}",
             "operation": "CREATE",

@@ -40,7 +40,7 @@ from typing import Any
 import aiohttp
 
 from bench import snapshot, synth, traffic
-from webhook.shell.tls import self_signed
+from webhook.shell.https.tls import self_signed
 
 # Where the uvloop alternative is measured: the mixes where the serving stack is a visible part
 # of the cost (on the full /validate mix the core's impact previews are nearly all of it).

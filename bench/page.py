@@ -360,9 +360,9 @@ def _scale(s: Mapping[str, Any]) -> list[str]:
     cats = sorted(k for k in s if k.startswith("validate_cat_") and k.endswith("_median_ms"))
     mcats = sorted(k for k in s if k.startswith("mutate_cat_") and k.endswith("_median_ms"))
     cache_note = (
-        "through `webhook.core.cache.SummaryCache`"
+        "through `webhook.core.annotation.cache.SummaryCache`"
         if s.get("uses_cache")
-        else "**without a cache** (TODO: `webhook.core.cache` was missing; cached lookup not measured)"
+        else "**without a cache** (TODO: `webhook.core.annotation.cache` was missing; cached lookup not measured)"
     )
     out = [
         f"## 2. Scale: the synthetic cluster at {s['scale']:g}{X} the default size",
@@ -584,7 +584,7 @@ def _choices(parts: Mapping[str, Any], flat: Mapping[str, float]) -> list[str]:
             *rows,
         ]
     out += [
-        "- **Work shared between objects while the state holds** (`webhook/core/derived.py`, "
+        "- **Work shared between objects while the state holds** (`webhook/core/engine/memo.py`, "
         "adopted): contexts, the reach below a rung and routes' backendRefs are kept until a "
         "hierarchy object changes; policies per rung, boards and their JSON until any write. "
         "Measured when adopted, against the commit before, alternating on the same machine: "
@@ -609,7 +609,7 @@ def _choices(parts: Mapping[str, Any], flat: Mapping[str, float]) -> list[str]:
         "- **A memo bound that grows with the store** (adopted): a fixed bound of 200,000 "
         f"entries, passed between 2{X} and 4{X}, made memos start over on every access (fan-out "
         f"6.0 s at 4{X}; 2.25 s with the bound at 50,000 + 20 per object).",
-        "- **The heap settled once the state is synced and computed** (`webhook/shell/heap.py`, "
+        "- **The heap settled once the state is synced and computed** (`webhook/shell/process/heap.py`, "
         "adopted): a collection, then `gc.freeze()`. It does not make fan-out or cold summaries "
         "faster (their medians were unchanged within noise), it removes a pause: a full "
         "collection walks every object the store, memos and cache hold, on the event loop, while "

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import snapshot, synth, traffic
-from webhook.core import admission, hierarchy_index
-from webhook.core.refs import key_of
-from webhook.core.settings import Settings
-from webhook.core.store import Store
+from webhook.core.admission import validation as admission
+from webhook.core.engine import hierarchy_index
+from webhook.core.model.refs import key_of
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
 
 SCENARIOS = ("validate", "validate_light", "cold", "fanout")
 
@@ -41,7 +42,7 @@ SCENARIOS = ("validate", "validate_light", "cold", "fanout")
 
 
 def _setup(scale: float, seed: int) -> tuple[synth.Cluster, Store, Any, Settings]:
-    from webhook.core.cache import SummaryCache
+    from webhook.core.annotation.cache import SummaryCache
 
     settings = Settings()
     cluster = synth.generate(synth.Shape().scaled(scale), seed=seed)

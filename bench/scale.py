@@ -11,7 +11,7 @@ Prints one JSON object of named numbers. Measured, in order:
   that ran meanwhile;
 - cached lookup: `SummaryCache.get` of objects already cached, one call at a time;
 - the pause of a full garbage collection over that state, before and after it is settled as the
-  webhook settles it (`webhook.shell.heap`); what follows runs in the settled state;
+  webhook settles it (`webhook.shell.process.heap`); what follows runs in the settled state;
 - validation and mutation decisions: `admission.validate`/`mutate` on the review mixes of
   `bench.traffic`, one at a time (no HTTP); then the Gateway- and Namespace-wide reviews again,
   their targets' reach known;
@@ -37,18 +37,20 @@ from typing import Any
 from bench import synth, traffic
 from bench.calibrate import reference_ms
 from bench.loadgen import percentile
-from webhook.core import admission, hierarchy, hierarchy_index, summary
-from webhook.core.refs import ObjectKey, key_of
-from webhook.core.settings import Settings
-from webhook.core.store import Store
+from webhook.core.admission import validation as admission
+from webhook.core.annotation import summary
+from webhook.core.engine import hierarchy, hierarchy_index
+from webhook.core.model.refs import ObjectKey, key_of
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
 
 try:
-    from webhook.shell import heap
+    from webhook.shell.process import heap
 except ImportError:  # before the heap was settled: what an unsettled one costs
     heap = None  # type: ignore[assignment]
 
 try:
-    from webhook.core.cache import DEFAULT_MAXSIZE, SummaryCache
+    from webhook.core.annotation.cache import DEFAULT_MAXSIZE, SummaryCache
 except ImportError:  # before the cache existed: measure the engine without one
     SummaryCache = None  # type: ignore[assignment,misc]
     DEFAULT_MAXSIZE = 0
@@ -187,7 +189,7 @@ def measure(
         out["cached_lookup_cpu_us"] = watch.stop()[1] / len(batch) * 1e6
 
     # The pause of a full collection over the computed state, then what the webhook does after
-    # its first reconcile pass (`webhook.shell.heap`): freeze it, so later passes skip it. The
+    # its first reconcile pass (`webhook.shell.process.heap`): freeze it, so later passes skip it. The
     # figures below are measured in that settled state, as a serving replica runs.
     if heap is not None:  # its collection is the full pass over all of it, then the freeze
         out["gc_full_pause_s"] = heap.settle("benchmark: state computed")

@@ -30,13 +30,13 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from webhook.core.settings import Settings
-from webhook.core.store import Store
-from webhook.shell.logs import setup_logging
-from webhook.shell.metrics import Metrics
-from webhook.shell.readiness import Readiness
-from webhook.shell.server import HttpsServer, build_app
-from webhook.shell.tls import ReloadingTLS
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+from webhook.shell.https.server import HttpsServer, build_app
+from webhook.shell.https.tls import ReloadingTLS
+from webhook.shell.process.logs import setup_logging
+from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.readiness import Readiness
 
 _Decide = TypeVar("_Decide", bound=Callable[..., Any])
 
@@ -70,7 +70,8 @@ def _tls(cert_dir: str) -> ReloadingTLS:
 
 async def _run_webhook(args: argparse.Namespace) -> None:
     from bench import synth
-    from webhook.core import admission, hierarchy_index
+    from webhook.core.admission import validation as admission
+    from webhook.core.engine import hierarchy_index
 
     started = time.perf_counter()
     cluster = synth.generate(synth.Shape().scaled(args.scale), seed=args.seed)

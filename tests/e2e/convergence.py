@@ -1,7 +1,7 @@
 """Is every annotation right? The end-to-end suite's one answer, for the reconciler, fault and
 soak tests.
 
-"Right" means equal to a fresh computation: `webhook.core.summary` over a store filled from
+"Right" means equal to a fresh computation: `webhook.core.annotation.summary` over a store filled from
 `kubectl get -o json` of the same objects, in one snapshot. Each module names the objects it
 owns with a `watched` predicate (the session's cluster holds other modules' objects, whose
 annotations are none of its business). Also here: metrics of a running webhook, bounded waits,
@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from webhook_harness import EXAMPLES
 
-from webhook.core import kinds, summary
-from webhook.core.refs import ObjectKey, key_of
-from webhook.core.settings import Settings
-from webhook.core.store import Store
-from webhook.shell.kubeapi import connect, request_json
+from webhook.core.annotation import summary
+from webhook.core.model import kinds
+from webhook.core.model.refs import ObjectKey, key_of
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+from webhook.shell.cluster.kubeapi import connect, request_json
 
 if TYPE_CHECKING:
     from cluster import LocalCluster

@@ -27,7 +27,7 @@ from webhook_harness import (
     registered,
 )
 
-from webhook.core.settings import Settings
+from webhook.core.model.settings import Settings
 
 if TYPE_CHECKING:
     from cluster import LocalCluster
@@ -58,7 +58,7 @@ def webhook(
 def expected_findings(path: Path) -> list[dict[str, Any]]:
     """What `policy-webhook check` says offline about this file against the example cluster."""
     done = subprocess.run(
-        [os.sys.executable, "-m", "webhook.shell.cli", "check", "-o", "json", "examples/cluster", str(path.relative_to(REPO))],
+        [os.sys.executable, "-m", "webhook.shell.cli.main", "check", "-o", "json", "examples/cluster", str(path.relative_to(REPO))],
         capture_output=True, text=True, cwd=REPO, check=False,
     )  # fmt: skip
     report = json.loads(done.stdout)
@@ -209,7 +209,7 @@ def test_dry_run_server_changes_nothing_anywhere(
 
 def explain_json(cluster: LocalCluster, target: str, namespace: str) -> str:
     done = subprocess.run(
-        [os.sys.executable, "-m", "webhook.shell.cli", "explain", target, "-n", namespace,
+        [os.sys.executable, "-m", "webhook.shell.cli.main", "explain", target, "-n", namespace,
          "--kubeconfig", str(cluster.kubeconfig), "-o", "json"],
         capture_output=True, text=True, cwd=REPO, check=False, timeout=120,
     )  # fmt: skip

@@ -44,8 +44,8 @@ from convergence import (
 )
 from webhook_harness import WebhookProcess, registered
 
-from webhook.shell.kubeapi import connect
-from webhook.shell.tls import self_signed
+from webhook.shell.cluster.kubeapi import connect
+from webhook.shell.https.tls import self_signed
 
 if TYPE_CHECKING:
     from cluster import LocalCluster

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from webhook.core import kinds
-from webhook.core.refs import GroupKind, ObjectKey
-from webhook.core.store import Store
-from webhook.shell import readiness as ready
-from webhook.shell.informers import ClusterSource
-from webhook.shell.kubeapi import connect
-from webhook.shell.metrics import Metrics
-from webhook.shell.readiness import Readiness
+from webhook.core.model import kinds
+from webhook.core.model.refs import GroupKind, ObjectKey
+from webhook.core.state.store import Store
+from webhook.shell.cluster.informers import ClusterSource
+from webhook.shell.cluster.kubeapi import connect
+from webhook.shell.process import readiness as ready
+from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.readiness import Readiness
 
 if TYPE_CHECKING:
     from cluster import LocalCluster

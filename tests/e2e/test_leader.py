@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from webhook.shell.kubeapi import connect
-from webhook.shell.leader import LeaderElector, micro_time
-from webhook.shell.metrics import Metrics
+from webhook.shell.cluster.kubeapi import connect
+from webhook.shell.cluster.leader import LeaderElector, micro_time
+from webhook.shell.process.metrics import Metrics
 
 if TYPE_CHECKING:
     from cluster import LocalCluster

@@ -2,7 +2,7 @@
 
 No webhook configuration is registered here, so every annotation seen was written by the
 reconciler. Each check compares the annotation of every object of the example cluster (plus a
-few of our own) with a fresh computation: `webhook.core.summary` over a store filled from
+few of our own) with a fresh computation: `webhook.core.annotation.summary` over a store filled from
 `kubectl get -o json` of the same objects. Leader election runs on a Lease of this module's
 own, with the default timings (lease 15 s), so a killed leader is replaced within ~17 s.
 """
@@ -35,8 +35,8 @@ from convergence import (
 )
 from webhook_harness import WebhookProcess, apply_example_cluster
 
-from webhook.core import kinds
-from webhook.core.refs import ObjectKey
+from webhook.core.model import kinds
+from webhook.core.model.refs import ObjectKey
 
 if TYPE_CHECKING:
     from cluster import LocalCluster

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from webhook_harness import REPO, WebhookProcess, kubectl, registered
 
-from webhook.core.settings import Settings
+from webhook.core.model.settings import Settings
 
 if TYPE_CHECKING:
     from cluster import LocalCluster

@@ -68,7 +68,7 @@ class WebhookProcess:
 
     def start(self, *, timeout: float = 60.0) -> None:
         command = [
-            sys.executable, "-m", "webhook.shell.cli", "serve",
+            sys.executable, "-m", "webhook.shell.cli.main", "serve",
             "--kubeconfig", str(self.cluster.kubeconfig),
             "--host", "127.0.0.1", "--port", str(self.port),
             "--self-signed-dir", str(self.dir / "tls"),

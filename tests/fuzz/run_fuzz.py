@@ -31,13 +31,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from webhook.core import admission, reviews  # noqa: E402
-from webhook.core.findings import MAX_LINE, MAX_WARNINGS  # noqa: E402
-from webhook.core.settings import Settings  # noqa: E402
-from webhook.shell import manifests  # noqa: E402
+from webhook.core.admission import reviews  # noqa: E402
+from webhook.core.admission import validation as admission  # noqa: E402
+from webhook.core.model.settings import Settings  # noqa: E402
+from webhook.core.rules.findings import MAX_LINE, MAX_WARNINGS  # noqa: E402
+from webhook.shell.cli import manifests  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
-MAX_BODY = 7 * 1024 * 1024  # what the server reads (webhook.shell.server.MAX_BODY_BYTES)
+MAX_BODY = 7 * 1024 * 1024  # what the server reads (webhook.shell.https.server.MAX_BODY_BYTES)
 SETTINGS = Settings()
 STORE = manifests.load_store([str(EXAMPLES / "cluster")])[0]
 

@@ -10,12 +10,12 @@ import pytest
 import trustme
 from https_harness import CLUSTER_YAML, RunningWebhook, load_yaml, write_pair
 
-from webhook.core.settings import Settings
-from webhook.core.store import Store
-from webhook.shell import server
-from webhook.shell.metrics import Metrics
-from webhook.shell.readiness import Readiness
-from webhook.shell.tls import ReloadingTLS
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+from webhook.shell.https import server
+from webhook.shell.https.tls import ReloadingTLS
+from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.readiness import Readiness
 
 
 @pytest.fixture(scope="session")

@@ -20,9 +20,9 @@ from typing import Any
 import trustme
 import yaml
 
-from webhook.shell import server
-from webhook.shell.readiness import Readiness
-from webhook.shell.tls import ReloadingTLS
+from webhook.shell.https import server
+from webhook.shell.https.tls import ReloadingTLS
+from webhook.shell.process.readiness import Readiness
 
 CLUSTER_YAML = """
 apiVersion: apiextensions.k8s.io/v1

@@ -3,7 +3,7 @@
 
 The server runs the example cluster (`examples/cluster`), as `policy-webhook serve --manifests`
 would. Stalled clients are tested against a server with short timeouts (the defaults, 10 s for
-a body and 100 s for a silent connection, are documented in `webhook/shell/server.py`).
+a body and 100 s for a silent connection, are documented in `webhook/shell/https/server.py`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ from https_harness import Reply, RunningWebhook, write_pair
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.core.settings import Settings
-from webhook.shell import manifests, server
-from webhook.shell.metrics import Metrics
-from webhook.shell.readiness import Readiness
-from webhook.shell.tls import ReloadingTLS
+from webhook.core.model.settings import Settings
+from webhook.shell.cli import manifests
+from webhook.shell.https import server
+from webhook.shell.https.tls import ReloadingTLS
+from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.readiness import Readiness
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEEDS = {

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from https_harness import policy, review_of
 
-from webhook.core import admission, reviews
-from webhook.shell import server
-from webhook.shell.logs import JsonFormatter
+from webhook.core.admission import reviews
+from webhook.core.admission import validation as admission
+from webhook.shell.https import server
+from webhook.shell.process.logs import JsonFormatter
 
 RETRY_ON_ROUTE = """
 apiVersion: policies.example.com/v1alpha1
@@ -152,7 +153,7 @@ def test_content_type_is_not_checked(webhook):
 
 
 def test_mutate_answers_allowed_with_at_most_a_json_patch(webhook, cluster):
-    from webhook.core.refs import ObjectKey
+    from webhook.core.model.refs import ObjectKey
 
     route = dict(
         cluster.get(ObjectKey("gateway.networking.k8s.io", "HTTPRoute", "apps", "r")) or {}

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from https_harness import policy, review_of, write_pair
 
-from webhook.core.settings import Settings
-from webhook.shell import server
-from webhook.shell.metrics import Metrics
-from webhook.shell.readiness import Readiness
-from webhook.shell.tls import ReloadingTLS
+from webhook.core.model.settings import Settings
+from webhook.shell.https import server
+from webhook.shell.https.tls import ReloadingTLS
+from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.readiness import Readiness
 
 POLICY = """
 apiVersion: policies.example.com/v1alpha1

@@ -21,13 +21,13 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from webhook.core import kinds
-from webhook.core.refs import GroupKind, ObjectKey
-from webhook.core.store import Store
-from webhook.shell import readiness as ready
-from webhook.shell.informers import ClusterSource
-from webhook.shell.metrics import Metrics
-from webhook.shell.readiness import Readiness
+from webhook.core.model import kinds
+from webhook.core.model.refs import GroupKind, ObjectKey
+from webhook.core.state.store import Store
+from webhook.shell.cluster.informers import ClusterSource
+from webhook.shell.process import readiness as ready
+from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.readiness import Readiness
 
 NAMESPACES = "/api/v1/namespaces"
 DROP = "drop"  # in a watch script: cut the TCP connection here

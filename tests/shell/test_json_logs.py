@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.shell.logs import JsonFormatter, fields, setup_logging
+from webhook.shell.process.logs import JsonFormatter, fields, setup_logging
 
 
 @pytest.fixture
@@ -76,10 +76,10 @@ def test_a_traceback_stays_inside_the_one_line():
 def test_setup_logging_json_routes_every_logger_through_one_handler(root_logger):
     out = io.StringIO()
     setup_logging("debug", json=True, stream=out)
-    logging.getLogger("webhook.shell.server").debug("hello", extra=fields(port=8443))
+    logging.getLogger("webhook.shell.https.server").debug("hello", extra=fields(port=8443))
     (line,) = out.getvalue().splitlines()
     assert json.loads(line) | {"time": None} == {
-        "time": None, "level": "DEBUG", "logger": "webhook.shell.server", "msg": "hello", "port": 8443,
+        "time": None, "level": "DEBUG", "logger": "webhook.shell.https.server", "msg": "hello", "port": 8443,
     }  # fmt: skip
     assert len(root_logger.handlers) == 1
 

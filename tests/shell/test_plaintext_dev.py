@@ -28,7 +28,7 @@ def serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int, Pa
     port, log = free_port(), tmp_path / "serve.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "webhook.shell.cli", "serve", "--manifests", "examples/cluster",
+            [sys.executable, "-m", "webhook.shell.cli.main", "serve", "--manifests", "examples/cluster",
              "--host", "127.0.0.1", "--port", str(port), "--log-format", "json",
              "--self-signed-dir", str(tmp_path / "tls"), *extra],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT,

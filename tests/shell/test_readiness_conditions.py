@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webhook.shell.readiness import Readiness
+from webhook.shell.process.readiness import Readiness
 
 
 def test_declared_conditions_start_pending_so_nothing_is_ready_by_omission():

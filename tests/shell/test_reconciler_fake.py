@@ -24,14 +24,14 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from webhook.core.cache import SummaryCache
-from webhook.core.refs import GATEWAY_GROUP, GroupKind, ObjectKey
-from webhook.core.settings import Settings
-from webhook.core.store import Store
-from webhook.shell.kubeapi import Resource
-from webhook.shell.metrics import Metrics
-from webhook.shell.reconciler import Reconciler, annotation_patch, object_path
-from webhook.shell.workqueue import ItemBackoff, TokenBucket, WorkQueue
+from webhook.core.annotation.cache import SummaryCache
+from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+from webhook.shell.cluster.kubeapi import Resource
+from webhook.shell.cluster.reconciler import Reconciler, annotation_patch, object_path
+from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
+from webhook.shell.process.metrics import Metrics
 
 SETTINGS = Settings()
 KEY = SETTINGS.annotation_key
@@ -212,7 +212,7 @@ def test_the_patch_sets_only_our_annotation_with_a_field_manager_and_a_precondit
 
 
 def test_passed_is_set_once_the_first_pass_has_computed_every_annotation() -> None:
-    """`live` settles the heap on it (webhook/shell/heap.py): it must not come early."""
+    """`live` settles the heap on it (webhook/shell/process/heap.py): it must not come early."""
     fake = FakeApiServer()
     store = base_store()
     store.upsert(color("red"))
@@ -401,7 +401,7 @@ def records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "webhook.shell.reconciler" and r.levelno == level
+        if r.name == "webhook.shell.cluster.reconciler" and r.levelno == level
     ]
 
 
@@ -410,7 +410,7 @@ def test_a_patch_that_keeps_failing_is_retried_with_backoff_until_it_succeeds(
     status: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Never given up on (the old budget was 8 tries), warned about once, counted."""
-    caplog.set_level(logging.DEBUG, logger="webhook.shell.reconciler")
+    caplog.set_level(logging.DEBUG, logger="webhook.shell.cluster.reconciler")
     fake = FakeApiServer(always=status)
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:

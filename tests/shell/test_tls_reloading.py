@@ -15,8 +15,8 @@ import trustme
 from cryptography import x509
 from https_harness import sha256_of_leaf, write_pair
 
-from webhook.shell.metrics import Metrics
-from webhook.shell.tls import ReloadingTLS, TLSConfigError, self_signed
+from webhook.shell.https.tls import ReloadingTLS, TLSConfigError, self_signed
+from webhook.shell.process.metrics import Metrics
 
 
 class SecretVolume:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from yaml_state import CLUSTER, POLICY_CRDS, store_of
 
-from webhook.core.store import Store
+from webhook.core.state.store import Store
 
 
 @pytest.fixture

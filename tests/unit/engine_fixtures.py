@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from webhook.core import effective
-from webhook.core.profiles import OperatorConfig, parse_config
-from webhook.core.refs import ObjectKey
-from webhook.core.ruletable import RULE_IDS
-from webhook.core.store import ClusterView, Store
+from webhook.core.engine import effective
+from webhook.core.model.profiles import OperatorConfig, parse_config
+from webhook.core.model.refs import ObjectKey
+from webhook.core.rules.ruletable import RULE_IDS
+from webhook.core.state.store import ClusterView, Store
 
 GROUP = "policies.example.com"
 GW = "gateway.networking.k8s.io"

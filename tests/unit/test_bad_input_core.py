@@ -23,11 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.core import admission, reviews
-from webhook.core.findings import MAX_LINE, MAX_WARNINGS
-from webhook.core.settings import Settings
-from webhook.core.store import Store
-from webhook.shell import manifests
+from webhook.core.admission import reviews
+from webhook.core.admission import validation as admission
+from webhook.core.model.settings import Settings
+from webhook.core.rules.findings import MAX_LINE, MAX_WARNINGS
+from webhook.core.state.store import Store
+from webhook.shell.cli import manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STORE: Store = manifests.load_store([str(EXAMPLES / "cluster")])[0]

@@ -13,11 +13,13 @@ from engine_fixtures import CRDS, docs, gateway, route, service
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from webhook.core import dependencies, effective, kinds, summary
-from webhook.core.cache import SummaryCache
-from webhook.core.refs import GATEWAY_GROUP, GroupKind, ObjectKey
-from webhook.core.settings import Settings
-from webhook.core.store import Store
+from webhook.core.annotation import dependencies, summary
+from webhook.core.annotation.cache import SummaryCache
+from webhook.core.engine import effective
+from webhook.core.model import kinds
+from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
 
 SETTINGS = Settings()
 GROUP = "policies.example.com"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.shell.cli import main
+from webhook.shell.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -94,7 +94,7 @@ def test_a_bad_config_file_is_a_usage_error(
 
 def test_the_console_script_runs_as_a_process() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "webhook.shell.cli", "check", str(EXAMPLES / "cluster")],
+        [sys.executable, "-m", "webhook.shell.cli.main", "check", str(EXAMPLES / "cluster")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 from engine_fixtures import CRDS, docs, gateway, gateway_class, listener_set, route, service
 
-from webhook.core import kinds, summary
-from webhook.core.dependencies import affected_by_change
-from webhook.core.overlay import OverlayView
-from webhook.core.refs import GATEWAY_GROUP, ObjectKey
-from webhook.core.settings import Settings
-from webhook.core.store import Store
+from webhook.core.annotation import summary
+from webhook.core.annotation.dependencies import affected_by_change
+from webhook.core.model import kinds
+from webhook.core.model.refs import GATEWAY_GROUP, ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import Store
 
 SETTINGS = Settings()
 GROUP = "policies.example.com"

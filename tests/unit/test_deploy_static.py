@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.core.profiles import parse_config
-from webhook.core.ruletable import RULE_IDS
+from webhook.core.model.profiles import parse_config
+from webhook.core.rules.ruletable import RULE_IDS
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ["cert-manager", "self-managed"]
@@ -329,7 +329,7 @@ def test_shipped_config_is_accepted_by_the_webhook(base: list[dict[str, Any]]) -
 
 def test_every_env_flag_is_a_flag_of_serve(base: list[dict[str, Any]]) -> None:
     """The Deployment configures `serve` through POLICY_WEBHOOK_<FLAG>; each must exist."""
-    from webhook.shell.cli import build_parser, env_name
+    from webhook.shell.cli.main import build_parser, env_name
 
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     known = {
@@ -346,7 +346,7 @@ def test_the_deployment_env_gives_serve_the_intended_settings(
     base: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Parse `serve` with exactly the Deployment's environment, as the container would."""
-    from webhook.shell.cli import build_parser
+    from webhook.shell.cli.main import build_parser
 
     for name, value in env_of(base).items():
         if isinstance(value, str):  # $(POD_NAMESPACE) is expanded by the kubelet

@@ -14,10 +14,12 @@ from engine_fixtures import CRDS, gateway, route, store_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.core import derived, effective, hierarchy, summary
-from webhook.core.overlay import OverlayView
-from webhook.core.refs import ObjectKey
-from webhook.core.store import Store
+from webhook.core.annotation import summary
+from webhook.core.engine import effective, hierarchy
+from webhook.core.engine import memo as derived
+from webhook.core.model.refs import ObjectKey
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import Store
 
 STATE = """
 apiVersion: v1

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from webhook.core.ruletable import RULES
-from webhook.shell import docgen
+from webhook.core.rules.ruletable import RULES
+from webhook.shell.cli import docgen
 
 
 def test_generated_pages_are_up_to_date() -> None:

@@ -16,8 +16,8 @@ from engine_fixtures import (
     store_of,
 )
 
-from webhook.core import summary
-from webhook.core.settings import Settings
+from webhook.core.annotation import summary
+from webhook.core.model.settings import Settings
 
 GW_RETRY_DEFAULT = """
 apiVersion: policies.example.com/v1alpha1

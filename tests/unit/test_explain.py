@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
-from webhook.core import admission, explain, kinds, summary
-from webhook.core.refs import ObjectKey
-from webhook.core.settings import Settings
-from webhook.shell.cli import main
-from webhook.shell.manifests import load_store
+from webhook.core.admission import validation as admission
+from webhook.core.annotation import explanation as explain
+from webhook.core.annotation import summary
+from webhook.core.model import kinds
+from webhook.core.model.refs import ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.shell.cli.main import main
+from webhook.shell.cli.manifests import load_store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 

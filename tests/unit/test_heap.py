@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from webhook.shell import heap
+from webhook.shell.process import heap
 
 
 @pytest.fixture(autouse=True)

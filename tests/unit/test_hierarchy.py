@@ -15,10 +15,10 @@ from engine_fixtures import (
     store_of,
 )
 
-from webhook.core import hierarchy, hierarchy_index
-from webhook.core.overlay import OverlayView
-from webhook.core.refs import ObjectKey
-from webhook.core.store import ClusterView
+from webhook.core.engine import hierarchy, hierarchy_index
+from webhook.core.model.refs import ObjectKey
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import ClusterView
 
 NAMESPACES = """
 apiVersion: v1

@@ -10,12 +10,12 @@ from typing import Any
 
 from engine_fixtures import CLUSTER, CRDS, docs, store_of
 
-from webhook.core import admission
-from webhook.core.findings import Verdict
-from webhook.core.refs import GroupKind, key_of
-from webhook.core.reviews import Request
-from webhook.core.settings import Settings
-from webhook.core.store import Store
+from webhook.core.admission import validation as admission
+from webhook.core.admission.reviews import Request
+from webhook.core.model.refs import GroupKind, key_of
+from webhook.core.model.settings import Settings
+from webhook.core.rules.findings import Verdict
+from webhook.core.state.store import Store
 
 
 def admit(

@@ -12,10 +12,10 @@ from engine_fixtures import CLUSTER, CRDS, docs, store_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.core import mutation
-from webhook.core.reviews import Request
-from webhook.core.settings import Settings
-from webhook.core.store import Store
+from webhook.core.admission import mutation
+from webhook.core.admission.reviews import Request
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
 
 SETTINGS = Settings()
 KEY = SETTINGS.annotation_key

@@ -23,9 +23,9 @@ from engine_fixtures import (
     store_of,
 )
 
-from webhook.core.overlay import OverlayView
-from webhook.core.profiles import OperatorConfig
-from webhook.core.refs import ObjectKey
+from webhook.core.model.profiles import OperatorConfig
+from webhook.core.model.refs import ObjectKey
+from webhook.core.state.overlay import OverlayView
 
 T0, T1 = "2024-05-01T10:00:00Z", "2024-05-01T10:00:01Z"
 

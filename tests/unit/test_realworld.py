@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.core import admission, scopes
-from webhook.core.findings import Verdict
-from webhook.core.refs import key_of
-from webhook.core.settings import Settings
-from webhook.core.store import Store
-from webhook.shell import cli
-from webhook.shell.manifests import load_store
+from webhook.core.admission import validation as admission
+from webhook.core.model import scopes
+from webhook.core.model.refs import key_of
+from webhook.core.model.settings import Settings
+from webhook.core.rules.findings import Verdict
+from webhook.core.state.store import Store
+from webhook.shell.cli import main as cli
+from webhook.shell.cli.manifests import load_store
 
 HERE = Path(__file__).resolve().parents[1] / "realworld"
 CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "cases.yaml").read_text(encoding="utf-8"))

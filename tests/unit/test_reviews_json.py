@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.core import reviews
-from webhook.core.findings import Finding, decide
+from webhook.core.admission import reviews
+from webhook.core.rules.findings import Finding, decide
 
 BUDGET = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from yaml_state import CLUSTER, POLICY_CRDS, config_of, one, store_of
 
-from webhook.core import admission
-from webhook.core.findings import Verdict
-from webhook.core.refs import GroupKind, key_of
-from webhook.core.ruletable import RULES
-from webhook.core.settings import Settings
-from webhook.core.store import Store
+from webhook.core.admission import validation as admission
+from webhook.core.model.refs import GroupKind, key_of
+from webhook.core.model.settings import Settings
+from webhook.core.rules.findings import Verdict
+from webhook.core.rules.ruletable import RULES
+from webhook.core.state.store import Store
 
 
 def admit(store: Store, text: str, settings: Settings | None = None) -> Verdict:

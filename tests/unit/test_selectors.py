@@ -24,12 +24,14 @@ from engine_fixtures import (
     store_of,
 )
 
-from webhook.core import admission, dependencies, effective, summary
-from webhook.core.overlay import OverlayView
-from webhook.core.refs import ObjectKey
-from webhook.core.reviews import Request
-from webhook.core.settings import Settings
-from webhook.core.store import Store
+from webhook.core.admission import validation as admission
+from webhook.core.admission.reviews import Request
+from webhook.core.annotation import dependencies, summary
+from webhook.core.engine import effective
+from webhook.core.model.refs import ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import Store
 
 T0, T1 = "2024-05-01T10:00:00Z", "2024-05-01T10:00:01Z"
 

@@ -8,9 +8,10 @@ from engine_fixtures import CLUSTER, CRDS, docs, gateway, route, service, store_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core import effective, summary
-from webhook.core.settings import Settings
-from webhook.core.store import Store
+from webhook.core.annotation import summary
+from webhook.core.engine import effective
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
 
 SPEC_EXAMPLE_POLICIES = """
 apiVersion: policies.example.com/v1alpha1

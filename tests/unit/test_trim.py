@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from yaml_state import CLUSTER, POLICY_CRDS, docs, one, store_of
 
-from webhook.core.profiles import profile_from_crd
-from webhook.core.store import Store
-from webhook.core.trim import trim
+from webhook.core.model.profiles import profile_from_crd
+from webhook.core.state.store import Store
+from webhook.core.state.trim import trim
 
 KEY = "policy-attachment.dev/effective-policies"
 

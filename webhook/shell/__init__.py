@@ -1,1 +1,4 @@
-"""The IO shell: HTTP server, API-server informers, reconciler, files and the command line."""
+"""The IO shell: moves data between the world and the core, and decides nothing itself.
+
+Layers: `cli` → `https` | `cluster` → `process`.
+"""

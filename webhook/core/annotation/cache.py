@@ -1,0 +1,163 @@
+"""Effective-policy summaries, cached per object and dropped when any of their inputs change.
+
+SPEC §5.8: a cached summary MUST equal a fresh computation on the same state. Every store
+write drops the entries `dependencies.affected_by_change` names (computed on the views just
+before and just after the write); the TTL is a safety net only, never what keeps answers right.
+Pure and synchronous: use it from one thread (the event loop's), as the store itself.
+
+Decision: one entry per object — the whole annotation value, `None` for
+"no annotation" — not per context. The value is what the reconciler compares and patches, and
+contexts of one object are computed together anyway (they share rungs and policies). The entry
+knows where each policy kind's piece lies in the value: a policy's write marks only its kind
+stale on the objects it affects, and the next `get` recomputes that kind alone (kinds never
+interact, SPEC §5) — a RetryPolicy edit on a busy Gateway leaves its thousands of objects'
+other kinds as they were.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachetools import TTLCache
+
+from webhook.core.annotation import dependencies, summary
+from webhook.core.engine import hierarchy_index
+from webhook.core.model.refs import GroupKind, ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import Store
+
+# Called after each store write with (changed key, old, new, annotated objects it affects).
+AffectedListener = Callable[
+    [ObjectKey, Mapping[str, Any] | None, Mapping[str, Any] | None, frozenset[ObjectKey]], None
+]
+
+# Objects (--cache-max-objects); an entry is one annotation string (≤ 16 KiB, most far less).
+# Past it entries are evicted, least recently used first: still right, but a policy change on
+# an evicted object costs a whole recomputation instead of its kind's piece.
+DEFAULT_MAXSIZE = 65_536
+DEFAULT_TTL = 600.0  # seconds; a safety net only, so long: correctness never waits for it
+
+
+@dataclass(slots=True)
+class _Entry:
+    value: str | None
+    spans: summary.Spans | None  # None: a truncated value, whose pieces cannot be replaced
+    stale: set[GroupKind] = field(default_factory=set)  # kinds to recompute before use
+
+
+class SummaryCache:
+    """`get(key)` is `summary.summarize(key, store, settings)`, remembered until it may change.
+
+    `hits`/`misses` are plain counters the shell exports as metrics; `dropped` counts entries
+    removed by dependency tracking. Listeners added with `add_listener` hear, after every
+    write, which annotated objects it affects — the reconciler's work list, computed once.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        maxsize: int = DEFAULT_MAXSIZE,
+        ttl: float = DEFAULT_TTL,
+        timer: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # The hierarchy index of a store is marked stale by a store listener of its own, and
+        # the store calls listeners in the order they subscribed: make sure that one runs
+        # before ours, or our "after" view would read the index of the state before the write.
+        hierarchy_index.index_for(store)
+        self._store = store
+        self._settings = settings
+        self._entries: TTLCache[ObjectKey, _Entry] = TTLCache(maxsize, ttl, timer=timer)
+        self._listeners: list[AffectedListener] = []
+        self.hits = 0
+        self.misses = 0
+        self.dropped = 0
+        store.subscribe(self._on_change)
+
+    def get(self, key: ObjectKey) -> str | None:
+        """The annotation value for `key` (None: no policy reaches it, or no such object)."""
+        entry = self._entries.get(key)  # None when missing or expired
+        if entry is not None and not entry.stale:
+            self.hits += 1
+            return entry.value
+        self.misses += 1
+        if entry is not None and entry.spans is not None:
+            entry = self._refreshed(key, entry)
+        else:
+            entry = self._computed(key)
+        self._entries[key] = entry
+        return entry.value
+
+    def _computed(self, key: ObjectKey) -> _Entry:
+        return _Entry(*summary.summarize_in_pieces(key, self._store, self._settings))
+
+    def _refreshed(self, key: ObjectKey, entry: _Entry) -> _Entry:
+        """The entry with its stale kinds' pieces recomputed, the others kept as they were."""
+        pieces = summary.pieces_in(entry.value or "", entry.spans or {})
+        for gk in entry.stale:
+            pieces.pop(str(gk), None)
+            pieces.update(summary.kind_pieces(key, self._store, gk))
+        fitted = summary.fit(pieces, self._settings.annotation_max_bytes)
+        return _Entry(*fitted) if fitted is not None else self._computed(key)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether `key` has an entry that needs no recomputation."""
+        entry = self._entries.get(key) if isinstance(key, ObjectKey) else None
+        return entry is not None and not entry.stale
+
+    def invalidate_all(self) -> None:
+        """Forget everything (new operator config or settings; a test's fresh start)."""
+        self.dropped += len(self._entries)
+        self._entries.clear()
+
+    def add_listener(self, listener: AffectedListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: AffectedListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _on_change(
+        self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+    ) -> None:
+        if not self._entries and not self._listeners:
+            return  # nothing cached can go stale, nobody waits for work: skip the fan-out
+        # The store calls us after the write: put the old object back (or take the new one
+        # out) to see the cluster as it was just before.
+        before = OverlayView(
+            self._store,
+            upserts=[old] if old is not None else (),
+            deletes=[key] if old is None else (),
+        )
+        affected = frozenset(
+            dependencies.affected_by_change(key, old, new, before=before, after=self._store)
+        )
+        kind = self._policy_kind(key, old, new)
+        for stale in affected:
+            entry = self._entries.get(stale)
+            if entry is None:
+                continue
+            self.dropped += 1
+            if kind is not None and entry.spans is not None:
+                entry.stale.add(kind)  # only that kind's piece can differ
+            else:
+                del self._entries[stale]
+        for listener in list(self._listeners):
+            listener(key, old, new, affected)
+
+    def _policy_kind(
+        self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+    ) -> GroupKind | None:
+        """The kind of a written policy; None for any other write (it may touch every kind)."""
+        gk = key.group_kind
+        if any(obj is not None and self._store.is_policy_object(gk, obj) for obj in (old, new)):
+            return gk
+        return None

@@ -1,0 +1,206 @@
+"""The annotation value: schema v1 of SPEC §3.3, as compact deterministic JSON.
+
+Same inputs, same bytes: keys sorted, no spaces, contexts grouped and ordered by their paths.
+Over the size cap it degrades in the order SPEC §3.3 gives — `sources` first, then contexts
+(last ones first) — and always keeps every kind's `policies`, flagging `truncated: true`.
+Decision (docs/decisions.md): when even the `policies` lists exceed the cap, they are kept
+whole anyway; the cap is a target for the rest, never a reason to hide which policies apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from webhook.core.annotation import compact_json
+from webhook.core.engine import effective
+from webhook.core.engine import memo as derived
+from webhook.core.model.refs import GroupKind, ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import ClusterView
+
+VERSION = 1
+
+
+def summarize(
+    key: ObjectKey,
+    view: ClusterView,
+    settings: Settings,
+    *,
+    incoming: Mapping[str, Any] | None = None,
+) -> str | None:
+    """The annotation value for one object, or None when no policy reaches it."""
+    if incoming is not None:
+        view = OverlayView(view, upserts=[incoming])
+    return summarize_in_pieces(key, view, settings)[0]
+
+
+def summarize_in_pieces(
+    key: ObjectKey, view: ClusterView, settings: Settings
+) -> tuple[str | None, Spans | None]:
+    """The value and where each kind's piece lies in it (None: truncated, no pieces)."""
+    results = effective.compute(key, view, with_losers=False)
+    memo = derived.engine_memo(view).dumps
+    return _rendered(results, settings.annotation_max_bytes, memo)
+
+
+def kind_pieces(key: ObjectKey, view: ClusterView, gk: GroupKind) -> Pieces:
+    """The piece of one kind for one object ({} when that kind no longer reaches it)."""
+    results = effective.compute(key, view, with_losers=False, only=gk)
+    return pieces_of(results, derived.engine_memo(view).dumps)
+
+
+# A shared board's JSON, kept for as long as the engine keeps the board (`derived`): the
+# effective value and sources it was made from (held, so that their ids stay theirs), the
+# sources as JSON-ready data, the group's key, and the effective value's own dump.
+Dumped = tuple[Mapping[str, Any], Mapping[str, Any], dict[str, Any], str, str]
+
+
+def render(
+    results: Sequence[effective.KindResult],
+    *,
+    max_bytes: int,
+    memo: dict[tuple[int, int], Dumped] | None = None,
+) -> str | None:
+    return _rendered(results, max_bytes, memo if memo is not None else {})[0]
+
+
+def _rendered(
+    results: Sequence[effective.KindResult],
+    max_bytes: int,
+    memo: dict[tuple[int, int], Dumped],
+) -> tuple[str | None, Spans | None]:
+    fitted = fit(pieces_of(results, memo), max_bytes)
+    if fitted is not None:
+        return fitted
+    return dump(_truncated(summary_value(results, memo), max_bytes)), None
+
+
+# The value is assembled from one piece per kind — the JSON of `policies[kind]` — so that the
+# cache can replace the piece of the one kind a policy write touched (kinds never interact).
+Pieces = dict[str, str]  # kind name (`RetryPolicy.policies.example.com`) → its entry's JSON
+Spans = dict[str, tuple[int, int]]  # kind name → where its piece lies in the value
+
+
+def pieces_of(
+    results: Sequence[effective.KindResult], memo: dict[tuple[int, int], Dumped] | None = None
+) -> Pieces:
+    memo = memo if memo is not None else {}
+    return {str(r.group_kind): dump(_kind_entry(r, memo)) for r in results}
+
+
+def assemble(pieces: Pieces) -> tuple[str | None, Spans]:
+    """The untruncated value, byte for byte `dump(summary_value(...))`, and where each piece
+    lies in it; None when no kind reaches the object."""
+    if not pieces:
+        return None, {}
+    parts = ['{"policies":{']
+    spans: Spans = {}
+    at = len(parts[0])
+    for i, name in enumerate(sorted(pieces)):  # as orjson sorts keys: by code point
+        head = f"{',' if i else ''}{dump(name)}:"
+        at += len(head)
+        spans[name] = (at, at + len(pieces[name]))
+        at += len(pieces[name])
+        parts += (head, pieces[name])
+    parts.append(f'}},"truncated":false,"version":{VERSION}}}')
+    return "".join(parts), spans
+
+
+def fit(pieces: Pieces, max_bytes: int) -> tuple[str | None, Spans] | None:
+    """The assembled value and its spans, or None when it is over the cap (to be truncated)."""
+    value, spans = assemble(pieces)
+    if value is not None and size(value) > max_bytes:
+        return None
+    return value, spans
+
+
+def pieces_in(value: str, spans: Spans) -> Pieces:
+    """The pieces of an assembled value, back from their spans."""
+    return {name: value[start:end] for name, (start, end) in spans.items()}
+
+
+def summary_value(
+    results: Sequence[effective.KindResult], memo: dict[tuple[int, int], Dumped] | None = None
+) -> dict[str, Any]:
+    """The whole, untruncated v1 value as plain JSON-ready data."""
+    memo = memo if memo is not None else {}
+    return {
+        "version": VERSION,
+        "policies": {str(r.group_kind): _kind_entry(r, memo) for r in results},
+        "truncated": False,
+    }
+
+
+def _kind_entry(
+    result: effective.KindResult, memo: dict[tuple[int, int], Dumped]
+) -> dict[str, Any]:
+    # Contexts with the same policies along them share one result object (within an object
+    # and, through `derived`, across objects): dump each once.
+    groups: dict[str, tuple[dict[str, Any], set[tuple[str, ...]], str]] = {}
+    for found in result.groups:
+        identity = (id(found.effective), id(found.sources))
+        done = memo.get(identity)
+        if done is None:
+            sources = {ptr: src.as_json() for ptr, src in found.sources.items()}
+            group_key = dump([found.effective, sources])  # alike in both: one entry
+            done = memo[identity] = (
+                found.effective,
+                found.sources,
+                sources,
+                group_key,
+                dump(found.effective),
+            )
+        _, _, sources, group_key, effective_dump = done
+        group = groups.get(group_key)
+        if group is None:
+            group = groups[group_key] = (
+                {"effective": found.effective, "sources": sources},
+                set(),
+                effective_dump,
+            )
+        group[1].update(map(result.all_paths.__getitem__, found.indices))
+    ordered = sorted(  # the group key last: unique, so that entries are never compared
+        (sorted(paths), effective_dump, group_key, entry)  # paths as tuples: JSON arrays too
+        for group_key, (entry, paths, effective_dump) in groups.items()
+    )
+    contexts = [{**entry, "paths": paths} for paths, _, _, entry in ordered]
+    return {"contexts": contexts, "policies": list(result.policies)}
+
+
+def _truncated(value: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """Drop `sources` everywhere, then contexts from the end, until the value fits."""
+    kinds: dict[str, dict[str, Any]] = {
+        name: {
+            "contexts": [_without_sources(c) for c in entry["contexts"]],
+            "policies": entry["policies"],
+        }
+        for name, entry in value["policies"].items()
+    }
+    out = {"version": VERSION, "policies": kinds, "truncated": True}
+    total = size(dump(out))
+    # Drop the last context of the last kind still holding some, until it fits; each entry's
+    # share of the size is its own JSON plus the comma before it, so no re-dumping is needed.
+    for name in sorted(kinds, reverse=True):
+        contexts = kinds[name]["contexts"]
+        while contexts and total > max_bytes:
+            removed = contexts.pop()
+            total -= size(dump(removed)) + (1 if contexts else 0)
+    return out
+
+
+def _without_sources(context: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in context.items() if k != "sources"}
+
+
+def dump(value: Any) -> str:
+    """Compact JSON, keys sorted: the annotation's bytes (see `compact_json` for how)."""
+    return compact_json.dumps(value, sort_keys=True)
+
+
+def size(text: str) -> int:
+    """The value's length in UTF-8 bytes, as the API server counts an annotation."""
+    # surrogatepass: a lone surrogate (valid as a JSON escape in a name) is no UTF-8, but
+    # counting it as its three bytes beats a crash; the API server stores it as U+FFFD, also 3.
+    return len(text.encode("utf-8", "surrogatepass"))

@@ -1,0 +1,388 @@
+"""Contexts: the root-to-object paths through the Gateway API hierarchy (SPEC §4).
+
+A context is a tuple of rungs, root first. Namespace rungs are implied (never printed); a
+section (listener, named rule, Service port) is a rung of its own just after its object.
+This module only answers "which paths lead to X" and "what lies below a rung"; what policies
+do along those paths is `effective`'s business. Reading only: never writes to the view.
+
+Decisions where SPEC §4 is silent (docs/decisions.md):
+- GatewayClass: one context, itself. Gateway: one, `GatewayClass → Gateway` (no GatewayClass
+  rung when the class object does not exist). A ListenerSet: `… → Gateway → ListenerSet`,
+  only when its Gateway exists and `allowedListeners` admits it (default: none).
+- A route: one context per (parentRef, admitting listener), ending at the route. Named rules
+  are not structural for the route's own contexts; `with_sections` adds a variant ending at
+  `Route#rule` for each rule a policy targets, as for every other sectioned object.
+- A Service: one context per (route context, backendRef), through `Route#rule` when the rule
+  is named, ending at `Service#port` when the backendRef's port number matches a named port.
+  Otherwise (no attached route uses it) one standalone context, `Service`.
+- A mesh parentRef (group "", kind Service) puts `Service` in place of GatewayClass, Gateway
+  and listener; its `port` is ignored. A route whose parentRefs admit nowhere has no context:
+  no Inherited policy reaches it, and its annotation is absent unless a Direct policy targets
+  the route itself (Direct kinds do not need contexts, see `effective`).
+- Only Service backends count; a cross-namespace backendRef counts only with a ReferenceGrant.
+  Who may attach where (parentRefs, allowedRoutes, selectors) is `attachment`'s; listener
+  `hostname` intersection is not checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from webhook.core.engine import memo as derived
+from webhook.core.engine.attachment import (
+    BackendRef,
+    ParentRef,
+    backend_allowed,
+    backend_refs,
+    listener_admits,
+    listener_set_parent,
+    namespace_admitted,
+    parent_refs,
+    spec_mapping,
+)
+from webhook.core.engine.hierarchy_index import HierarchyIndex, index_for
+from webhook.core.model import kinds
+from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, ObjectKey
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import ClusterView
+
+
+class Rung(NamedTuple):
+    """One level of a context: an object, or one section of it (`Gateway/infra/gw#https`).
+
+    A named tuple, as `ObjectKey`: rungs are dictionary keys on the engine's hot path (a
+    Service behind 10,000 routes has 20,000 contexts), and a tuple hashes and compares in C.
+    """
+
+    key: ObjectKey
+    section: str | None = None
+
+    @property
+    def implied(self) -> bool:
+        """Namespace rungs are levels policies attach to, but are not printed in paths."""
+        return self.key.kind == "Namespace" and not self.key.group  # hot: no GroupKind built
+
+    def display(self) -> str:
+        return self.key.display(self.section)
+
+
+Context = tuple[Rung, ...]
+
+
+def namespace_rung(name: str) -> Rung:
+    return Rung(ObjectKey(CORE_GROUP, "Namespace", "", name))
+
+
+def path_of(context: Context) -> tuple[str, ...]:
+    """The printed path (SPEC §3.3): one entry per object, `#section` where it passes one."""
+    entries: list[str] = []
+    last: ObjectKey | None = None
+    for rung in context:
+        if rung.implied:
+            continue
+        if rung.key == last:
+            entries[-1] = rung.display()
+        else:
+            entries.append(rung.display())
+            last = rung.key
+    return tuple(entries)
+
+
+def sort_contexts(contexts: Iterable[Context]) -> list[Context]:
+    """Unique contexts in a fixed order, so that results never depend on load order."""
+    return sorted(set(contexts), key=_context_order)
+
+
+def _context_order(context: Context) -> tuple[tuple[ObjectKey, str], ...]:
+    # An ObjectKey compares as (group, kind, namespace, name); a section as text, "" for none.
+    return tuple([(key, section or "") for key, section in context])
+
+
+# --- contexts ----------------------------------------------------------------------------------
+
+
+def contexts_of(
+    key: ObjectKey, view: ClusterView, *, incoming: Mapping[str, Any] | None = None
+) -> list[Context]:
+    """Every context that ends at `key` (or at one of its sections, for Service ports)."""
+    if incoming is not None:
+        view = OverlayView(view, upserts=[incoming])
+    return list(_known_contexts(key, view, _memo_for(view)))
+
+
+def _memo_for(view: ClusterView) -> derived.StructureMemo:
+    """The view's structure memo; where none can be shared (an overlay that replaces a
+    hierarchy object), a scratch one that lives as long as the call that asked for it."""
+    return derived.structure_memo(view) or derived.StructureMemo(-1, derived.MIN_ENTRIES)
+
+
+def _known_contexts(
+    key: ObjectKey, view: ClusterView, memo: derived.StructureMemo
+) -> tuple[Context, ...]:
+    found = memo.contexts.get(key)
+    if found is None:
+        found = memo.contexts[key] = _contexts(key, view, memo)
+    return found
+
+
+def _backends(
+    route: ObjectKey, obj: Mapping[str, Any], memo: derived.StructureMemo
+) -> list[BackendRef]:
+    found = memo.backends.get(route)
+    if found is None:
+        found = memo.backends[route] = backend_refs(route, obj)
+    return found
+
+
+def _contexts(
+    key: ObjectKey, view: ClusterView, memo: derived.StructureMemo
+) -> tuple[Context, ...]:
+    obj = view.get(key)
+    if obj is None:
+        return ()
+    gk = key.group_kind
+    found: list[Context]
+    if gk == kinds.GATEWAY_CLASS:
+        found = [(Rung(key),)]
+    elif gk == kinds.GATEWAY:
+        found = [_gateway_root(key, obj, view)]
+    elif gk == kinds.LISTENER_SET:
+        found = _listener_set_contexts(key, obj, view)
+    elif gk in kinds.ROUTE_KINDS:
+        found = _route_contexts(key, obj, view, memo.parents)
+    elif gk == kinds.SERVICE:
+        found = _service_contexts(key, obj, view, memo)
+    else:
+        found = []
+    return tuple(sort_contexts(found))
+
+
+def with_sections(
+    contexts: list[Context], key: ObjectKey, sections: Iterable[str]
+) -> list[Context]:
+    """Add, for each section a policy targets, contexts ending at `Object#section`.
+
+    Where a context already ends at that section (a backendRef's port), nothing is added;
+    otherwise every context ending at the object itself gets a variant; a Service only
+    reached through other ports gets a standalone one.
+    """
+    sections = sorted(set(sections))
+    if not sections:
+        return list(contexts)
+    out = list(contexts)
+    for section in sections:
+        end = Rung(key, section)
+        if any(ctx and ctx[-1] == end for ctx in contexts):
+            continue
+        bases = [ctx for ctx in contexts if ctx and ctx[-1] == Rung(key)]
+        if not bases and contexts:
+            bases = [_standalone(key)]
+        out.extend((*ctx, end) for ctx in bases)
+    return sort_contexts(out)
+
+
+def _standalone(key: ObjectKey) -> Context:
+    return (namespace_rung(key.namespace), Rung(key)) if key.namespace else (Rung(key),)
+
+
+def _gateway_root(key: ObjectKey, obj: Mapping[str, Any], view: ClusterView) -> Context:
+    class_name = spec_mapping(obj).get("gatewayClassName")
+    rungs: list[Rung] = []
+    if isinstance(class_name, str) and class_name:
+        class_key = ObjectKey(GATEWAY_GROUP, "GatewayClass", "", class_name)
+        if view.get(class_key) is not None:
+            rungs.append(Rung(class_key))
+    return (*rungs, namespace_rung(key.namespace), Rung(key))
+
+
+def listener_set_attached(
+    ls: ObjectKey, obj: Mapping[str, Any], view: ClusterView
+) -> tuple[ObjectKey, Mapping[str, Any]] | None:
+    """The Gateway a ListenerSet attaches to, when that Gateway's allowedListeners admit it."""
+    gw_key = listener_set_parent(ls, obj)
+    gw = view.get(gw_key) if gw_key is not None else None
+    if gw_key is None or gw is None:
+        return None
+    allowed = spec_mapping(gw).get("allowedListeners")
+    namespaces = allowed.get("namespaces") if isinstance(allowed, Mapping) else None
+    if not namespace_admitted(
+        namespaces, owner_ns=gw_key.namespace, ns=ls.namespace, view=view, default="None"
+    ):
+        return None
+    return gw_key, gw
+
+
+def _listener_set_contexts(
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView
+) -> list[Context]:
+    attached = listener_set_attached(key, obj, view)
+    if attached is None:
+        return []
+    gw_key, gw = attached
+    return [(*_gateway_root(gw_key, gw, view), namespace_rung(key.namespace), Rung(key))]
+
+
+# What a parentRef gives a route depends on the route's namespace and kind, not its name:
+# routes sharing a parent share the work (10,000 routes on one Gateway is a real shape).
+ParentMemo = dict[tuple[ParentRef, str, str], list[Context]]
+
+
+def _route_contexts(
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: ParentMemo
+) -> list[Context]:
+    out: list[Context] = []
+    tail = (namespace_rung(key.namespace), Rung(key))
+    for ref in parent_refs(key, obj):
+        memo_key = (ref, key.namespace, key.kind)
+        if memo_key not in memo:
+            memo[memo_key] = _parent_contexts(ref, key, view)
+        out.extend((*parent, *tail) for parent in memo[memo_key])
+    return out
+
+
+def _parent_contexts(ref: ParentRef, route: ObjectKey, view: ClusterView) -> list[Context]:
+    """The contexts a parentRef gives the route, ending at the listener (or mesh Service)."""
+    parent = view.get(ref.key)
+    if parent is None:
+        return []
+    gk = ref.key.group_kind
+    if gk == kinds.SERVICE:
+        return [_standalone(ref.key)]
+    if gk == kinds.GATEWAY:
+        roots = [_gateway_root(ref.key, parent, view)]
+    elif gk == kinds.LISTENER_SET:
+        roots = _listener_set_contexts(ref.key, parent, view)
+    else:
+        return []
+    out: list[Context] = []
+    for listener in kinds.section_items(gk, parent):
+        name = listener.get("name")
+        if not isinstance(name, str) or (ref.section is not None and name != ref.section):
+            continue
+        if listener_admits(listener, owner_ns=ref.key.namespace, route=route, view=view):
+            out.extend((*root, Rung(ref.key, name)) for root in roots)
+    return out
+
+
+def _service_contexts(
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: derived.StructureMemo
+) -> list[Context]:
+    ports: dict[int, str] = {}
+    for item in kinds.section_items(kinds.SERVICE, obj):
+        number, name = item.get("port"), item.get("name")
+        if isinstance(number, int) and isinstance(name, str) and name:
+            ports.setdefault(number, name)
+    out: list[Context] = []
+    standalone = _standalone(key)
+    for route in sorted(index_for(view).routes_of_backend(key)):
+        route_obj = view.get(route)
+        if route_obj is None:
+            continue
+        refs = [
+            b
+            for b in _backends(route, route_obj, memo)
+            if b.key == key and backend_allowed(route, b, view)
+        ]
+        if not refs:
+            continue
+        # What follows the route's context, per backendRef: built once, shared by every context.
+        tails = []
+        for ref in refs:
+            rule = (Rung(route, ref.rule),) if ref.rule else ()
+            port = ports.get(ref.port) if ref.port is not None else None
+            tails.append((*rule, *standalone, *((Rung(key, port),) if port else ())))
+        out.extend((*ctx, *tail) for ctx in _known_contexts(route, view, memo) for tail in tails)
+    return out or [standalone]
+
+
+# --- the reverse: what lies below a rung ------------------------------------------------------
+
+
+def affected_by(
+    target: ObjectKey, section: str | None, view: ClusterView, *, inherited: bool = True
+) -> set[ObjectKey]:
+    """Annotatable objects with a context through (target, section): who a policy there reaches.
+
+    With `inherited=False` (a Direct kind) only the target itself. Used for fan-out; also
+    right for hierarchy changes: a Namespace's labels or ReferenceGrants → `Namespace/<ns>`;
+    a changed route or Gateway → the union over the views before and after the change.
+    """
+    structure = derived.structure_memo(view)
+    if structure is None:
+        return _affected_by(target, section, view, inherited, _memo_for(view))
+    # Who lies below a rung is structure only: kept until a hierarchy object changes, so a
+    # wide policy's impact preview and fan-out walk the tree once, not on every review.
+    found = structure.reach.get((target, section, inherited))
+    if found is None:
+        found = frozenset(_affected_by(target, section, view, inherited, structure))
+        structure.remember_reach((target, section, inherited), found)
+    return set(found)
+
+
+def _affected_by(
+    target: ObjectKey,
+    section: str | None,
+    view: ClusterView,
+    inherited: bool,
+    memo: derived.StructureMemo,
+) -> set[ObjectKey]:
+    index = index_for(view)
+    out: set[ObjectKey] = set()
+    if target.group_kind in kinds.ANNOTATED_KINDS and view.get(target) is not None:
+        out.add(target)
+    if not inherited:
+        return out
+    # Below the first rung every rung is a whole object (`Rung(key)`), so the walk goes by key:
+    # one visit per object, and no Rung built for each of the thousands it passes.
+    seen: set[ObjectKey] = set()
+    frontier = list(_children(Rung(target, section), view, index, memo))
+    while frontier:
+        key = frontier.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        out.add(key)
+        frontier.extend(_children(Rung(key), view, index, memo))
+    return out
+
+
+def _children(
+    rung: Rung, view: ClusterView, index: HierarchyIndex, memo: derived.StructureMemo
+) -> list[ObjectKey]:
+    """The objects one level below `rung`, each admitted there.
+
+    A walk visits thousands of routes: it reads the structure memo it was given directly
+    (its tuples, not the copies `contexts_of` hands out), and fills it as it goes.
+    """
+    key = rung.key
+    gk = key.group_kind
+    get = view.get
+    if gk in kinds.ROUTE_KINDS:
+        obj = get(key)
+        if obj is None or not _known_contexts(key, view, memo):
+            return []
+        return [
+            backend.key
+            for backend in _backends(key, obj, memo)
+            if (rung.section is None or backend.rule == rung.section)
+            and get(backend.key) is not None
+            and backend_allowed(key, backend, view)
+        ]
+    if gk == kinds.SERVICE or gk == kinds.GATEWAY or gk == kinds.LISTENER_SET:
+        found = [
+            route
+            for route in index.routes_of_parent(key)
+            if any(rung in ctx for ctx in _known_contexts(route, view, memo))
+        ]
+        if gk == kinds.GATEWAY and rung.section is None:
+            for ls in index.listener_sets_of(key):
+                obj = get(ls)
+                if obj is not None and listener_set_attached(ls, obj, view) is not None:
+                    found.append(ls)
+        return found
+    if gk == kinds.NAMESPACE:
+        return [k for k in index.in_namespace(key.name) if get(k) is not None]
+    if gk == kinds.GATEWAY_CLASS:
+        return [k for k in index.gateways_of_class(key.name) if get(k) is not None]
+    return []

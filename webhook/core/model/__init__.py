@@ -1,0 +1,2 @@
+"""The vocabulary: object names, kinds, policy kinds and their profiles, the policy model,
+settings and leaves. Pure values; reads no cluster state."""

@@ -1,0 +1,307 @@
+"""Built-in kind profiles for the policy kinds of well-known implementations (SPEC §1.6).
+
+Data, one entry per kind, each with the vendor's CRD or documentation page it was read from.
+An entry fills in what the CRD label does not say (class) and what SPEC §1.4 would otherwise
+guess (targets, wrapper spelling, merge strategy, merge selectors, scope). Precedence, as
+SPEC §1.6 sets it: class — config > CRD label > catalog > inference; targets — config >
+catalog > §1.4. An entry never turns a WARN into a DENY: a target outside its list is PA-T01 at
+WARN unless the operator's config lists the kind's targets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from webhook.core.model.kinds import (
+    GATEWAY,
+    GATEWAY_CLASS,
+    GRPC_ROUTE,
+    HTTP_ROUTE,
+    LISTENER_SET,
+    SERVICE,
+    TCP_ROUTE,
+    TLS_ROUTE,
+    UDP_ROUTE,
+    describe_kinds,
+)
+from webhook.core.model.refs import GATEWAY_GROUP, GroupKind
+
+if TYPE_CHECKING:  # profiles reads this catalog: its names only for annotations here
+    from webhook.core.model.profiles import Merge, PolicyClass, Spelling
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """What one vendor's policy kind is, as its CRD and documentation say."""
+
+    group_kind: GroupKind
+    policy_class: PolicyClass
+    targets: frozenset[GroupKind]
+    source: str  # the CRD file (repository, path, release) or doc page this entry was read from
+    wrapper_spelling: Spelling = "any"
+    merge: Merge = "patch"
+    # A key inside a `default(s)`/`override(s)` stanza that selects how the stanza merges
+    # (Kuadrant's `strategy`: atomic | merge), never a setting (SPEC §1.7).
+    stanza_selector: str | None = None
+    # A key of the spec proper that, when set, makes the policy merge field by field onto less
+    # specific ones instead of replacing them whole (Envoy Gateway's `mergeType`, SPEC §1.7).
+    spec_selector: str | None = None
+    cluster_scoped: bool = False
+    # Keys of `spec` that are the vendor's own settings although spelled like a GEP-713
+    # wrapper: kgateway's ListenerPolicy (labelled Direct) keeps its listener settings under
+    # `spec.default`, as its docs publish. Such a key is spec proper, never a stanza, so
+    # PA-S06/S07/S09 have nothing to say about it.
+    setting_keys: frozenset[str] = frozenset()
+    # Every target field is optional in the vendor's schema and its docs publish policies
+    # with none: a kgateway TrafficPolicy may instead be named by an HTTPRoute rule's
+    # `ExtensionRef` filter. Such a policy is not what PA-S02 calls "applies to nothing".
+    target_optional: bool = False
+
+
+# Gateway API kinds that policies attach to, in the bundles the vendors' CEL rules name.
+ROUTES = frozenset({HTTP_ROUTE, GRPC_ROUTE, TCP_ROUTE, UDP_ROUTE, TLS_ROUTE})
+GATEWAY_AND_ROUTES = frozenset({GATEWAY, LISTENER_SET, *ROUTES})
+GATEWAY_HTTP_GRPC = frozenset({GATEWAY, HTTP_ROUTE, GRPC_ROUTE})
+HTTP_GRPC = frozenset({HTTP_ROUTE, GRPC_ROUTE})
+ONLY_GATEWAY = frozenset({GATEWAY})
+ONLY_SERVICE = frozenset({SERVICE})
+
+# Kinds outside the hierarchy that vendors let their policies name. This webhook does not
+# watch them: no PA-T06 for them, and no PA-T05 either (their sections are the vendor's).
+GATEWAY_API_X_GROUP = "gateway.networking.x-k8s.io"
+X_LISTENER_SET = GroupKind(GATEWAY_API_X_GROUP, "XListenerSet")
+EG_BACKEND = GroupKind("gateway.envoyproxy.io", "Backend")
+KGATEWAY_BACKEND = GroupKind("gateway.kgateway.dev", "Backend")
+SERVICE_IMPORT = GroupKind("multicluster.x-k8s.io", "ServiceImport")
+ISTIO_HOSTNAME = GroupKind("networking.istio.io", "Hostname")
+
+ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
+KUADRANT_GROUP = "kuadrant.io"
+NGINX_GROUP = "gateway.nginx.org"
+KGATEWAY_GROUP = "gateway.kgateway.dev"
+
+_GATEWAY_API = "kubernetes-sigs/gateway-api v1.6.1 config/crd/experimental/{} (label Direct)"
+_ENVOY_GATEWAY = (
+    "envoyproxy/gateway v1.9.0 charts/gateway-helm/charts/crds/crds/generated/"
+    "gateway.envoyproxy.io_{}.yaml (v1alpha1; no policy label; targets from the spec's CEL)"
+)
+_KUADRANT = "Kuadrant/kuadrant-operator v1.5.2 config/crd/bases/kuadrant.io_{}.yaml"
+_NGINX = "nginx/nginx-gateway-fabric v2.6.7 config/crd/bases/gateway.nginx.org_{}.yaml"
+_KGATEWAY = (
+    "kgateway-dev/kgateway api/v1alpha1/kgateway/{} (main 2026, as released in v2.2-v2.4; "
+    "CRDs in install/helm/kgateway-crds/templates/; label Direct)"
+)
+
+
+def _envoy_gateway(
+    kind: str, plural: str, targets: frozenset[GroupKind], *, merge_type: bool = False
+) -> CatalogEntry:
+    """Envoy Gateway: Inherited (GEP-713's table), settings in the spec proper; the most
+    specific policy replaces the others whole unless it sets `mergeType` (its docs)."""
+    return CatalogEntry(
+        GroupKind(ENVOY_GATEWAY_GROUP, kind),
+        "Inherited",
+        targets,
+        source=_ENVOY_GATEWAY.format(plural),
+        merge="atomic",
+        spec_selector="mergeType" if merge_type else None,
+    )
+
+
+def _kuadrant_stanzas(
+    kind: str, plural: str, targets: frozenset[GroupKind], *, version: str
+) -> CatalogEntry:
+    """Kuadrant's kinds with `defaults`/`overrides`: `strategy` atomic|merge, atomic when unset
+    (the CRD's default); settings in the spec proper are implicit defaults."""
+    return CatalogEntry(
+        GroupKind(KUADRANT_GROUP, kind),
+        "Inherited",
+        targets,
+        source=_KUADRANT.format(plural) + f" ({version}; label inherited)",
+        wrapper_spelling="plural",
+        merge="atomic",
+        stanza_selector="strategy",
+    )
+
+
+def _kuadrant_direct(kind: str, plural: str) -> CatalogEntry:
+    """DNSPolicy and TLSPolicy: labelled `direct` (GEP-713's table says Inherited; the CRD's
+    label wins over the catalog anyway), no stanzas, Gateway or one of its listeners."""
+    return CatalogEntry(
+        GroupKind(KUADRANT_GROUP, kind),
+        "Direct",
+        ONLY_GATEWAY,
+        source=_KUADRANT.format(plural) + " (v1; label direct)",
+        merge="atomic",
+    )
+
+
+def _nginx(
+    kind: str,
+    plural: str,
+    policy_class: PolicyClass,
+    targets: frozenset[GroupKind],
+    *,
+    version: str,
+    merge: Merge = "patch",
+) -> CatalogEntry:
+    """NGINX Gateway Fabric: no wrappers; each CRD labelled `direct` or `inherited`."""
+    return CatalogEntry(
+        GroupKind(NGINX_GROUP, kind),
+        policy_class,
+        targets,
+        source=_NGINX.format(plural) + f" ({version}; label {policy_class.lower()})",
+        merge=merge,
+    )
+
+
+def _kgateway(
+    kind: str,
+    go_file: str,
+    targets: frozenset[GroupKind],
+    *,
+    setting_keys: frozenset[str] = frozenset(),
+    target_optional: bool = False,
+) -> CatalogEntry:
+    """kgateway: every CRD labelled Direct; targetRefs and targetSelectors, no wrappers."""
+    return CatalogEntry(
+        GroupKind(KGATEWAY_GROUP, kind),
+        "Direct",
+        targets,
+        source=_KGATEWAY.format(go_file),
+        setting_keys=setting_keys,
+        target_optional=target_optional,
+    )
+
+
+CATALOG: tuple[CatalogEntry, ...] = (
+    # Gateway API's own: Service is the Extended support level; the CRD leaves other backends
+    # to each implementation, and Envoy Gateway and kgateway document their Backend kinds.
+    CatalogEntry(
+        GroupKind(GATEWAY_GROUP, "BackendTLSPolicy"),
+        "Direct",
+        frozenset({SERVICE, EG_BACKEND, KGATEWAY_BACKEND}),
+        source=_GATEWAY_API.format("gateway.networking.k8s.io_backendtlspolicies.yaml")
+        + "; envoyproxy/gateway v1.9.0 site/content/en/latest/tasks/security/oidc.md; "
+        "kgateway-dev/kgateway.dev assets/kgw-docs/pages/traffic-management/static.md",
+    ),
+    CatalogEntry(
+        GroupKind(GATEWAY_API_X_GROUP, "XBackendTrafficPolicy"),
+        "Direct",
+        frozenset({SERVICE, SERVICE_IMPORT}),  # its targetRefs doc names both
+        source=_GATEWAY_API.format("gateway.networking.x-k8s.io_xbackendtrafficpolicies.yaml"),
+    ),
+    # Envoy Gateway: `mergeType` on the three kinds that have it (xRoute targets only).
+    _envoy_gateway(
+        "BackendTrafficPolicy", "backendtrafficpolicies", GATEWAY_AND_ROUTES, merge_type=True
+    ),
+    _envoy_gateway(
+        "ClientTrafficPolicy", "clienttrafficpolicies", frozenset({GATEWAY, LISTENER_SET})
+    ),
+    _envoy_gateway(
+        "SecurityPolicy",
+        "securitypolicies",
+        frozenset({GATEWAY, LISTENER_SET, HTTP_ROUTE, GRPC_ROUTE, TCP_ROUTE}),
+        merge_type=True,
+    ),
+    _envoy_gateway(
+        "EnvoyExtensionPolicy", "envoyextensionpolicies", GATEWAY_AND_ROUTES, merge_type=True
+    ),
+    # No CEL; its task page targets a Gateway, or the GatewayClass when Gateways are merged.
+    _envoy_gateway("EnvoyPatchPolicy", "envoypatchpolicies", frozenset({GATEWAY_CLASS, GATEWAY})),
+    # Kuadrant: `targetRef` (singular) to a Gateway API kind, `sectionName` allowed.
+    _kuadrant_stanzas("RateLimitPolicy", "ratelimitpolicies", GATEWAY_HTTP_GRPC, version="v1"),
+    _kuadrant_stanzas("AuthPolicy", "authpolicies", GATEWAY_HTTP_GRPC, version="v1"),
+    _kuadrant_stanzas(
+        "TokenRateLimitPolicy",
+        "tokenratelimitpolicies",
+        frozenset({GATEWAY, HTTP_ROUTE}),
+        version="v1alpha1",
+    ),
+    _kuadrant_direct("DNSPolicy", "dnspolicies"),
+    _kuadrant_direct("TLSPolicy", "tlspolicies"),
+    # NGINX Gateway Fabric: `targetRef` for ClientSettingsPolicy, `targetRefs` elsewhere; its
+    # examples write `group: core` for a Service.
+    _nginx(
+        "ClientSettingsPolicy",
+        "clientsettingspolicies",
+        "Inherited",
+        GATEWAY_HTTP_GRPC,
+        version="v1alpha1",
+    ),
+    _nginx(
+        "ProxySettingsPolicy",
+        "proxysettingspolicies",
+        "Inherited",
+        GATEWAY_HTTP_GRPC,
+        version="v1alpha1",
+    ),
+    _nginx(
+        "RateLimitPolicy",
+        "ratelimitpolicies",
+        "Inherited",
+        GATEWAY_HTTP_GRPC,
+        version="v1alpha1",
+    ),
+    # docs/proposals/nap-waf.md: the more specific WAFPolicy replaces the other one whole.
+    _nginx(
+        "WAFPolicy",
+        "wafpolicies",
+        "Inherited",
+        GATEWAY_HTTP_GRPC,
+        version="v1alpha1",
+        merge="atomic",
+    ),
+    _nginx("ObservabilityPolicy", "observabilitypolicies", "Direct", HTTP_GRPC, version="v1alpha2"),
+    _nginx(
+        "UpstreamSettingsPolicy",
+        "upstreamsettingspolicies",
+        "Direct",
+        ONLY_SERVICE,
+        version="v1alpha1",
+    ),
+    _nginx("SnippetsPolicy", "snippetspolicies", "Direct", ONLY_GATEWAY, version="v1alpha1"),
+    # kgateway: TrafficPolicy's CEL takes any kind ending in "ListenerSet".
+    _kgateway(
+        "TrafficPolicy",
+        "traffic_policy_types.go",
+        frozenset({GATEWAY, HTTP_ROUTE, LISTENER_SET, X_LISTENER_SET}),
+        target_optional=True,
+    ),
+    _kgateway(
+        "BackendConfigPolicy",
+        "backend_config_policy_types.go",
+        frozenset({SERVICE, KGATEWAY_BACKEND, ISTIO_HOSTNAME}),
+    ),
+    _kgateway(
+        "ListenerPolicy",
+        "listener_policy_types.go",
+        ONLY_GATEWAY,
+        setting_keys=frozenset({"default"}),
+    ),
+    # Deprecated in v2.2 for ListenerPolicy's `default.httpSettings`; gone after v2.4.
+    _kgateway("HTTPListenerPolicy", "http_listener_policy_types.go", ONLY_GATEWAY),
+)
+
+BY_KIND: Mapping[GroupKind, CatalogEntry] = {entry.group_kind: entry for entry in CATALOG}
+
+
+def catalog_markdown() -> str:
+    """The body of docs/catalog.md, generated so the page and the data cannot disagree."""
+    lines = [
+        "| kind | class | targets | stanzas | merge | selectors | read from |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for entry in sorted(CATALOG, key=lambda e: (e.group_kind.group, e.group_kind.kind)):
+        targets = describe_kinds(entry.targets)
+        selectors = ", ".join(
+            f"`{name}`" for name in (entry.stanza_selector, entry.spec_selector) if name
+        )
+        scope = " (cluster-scoped)" if entry.cluster_scoped else ""
+        lines.append(
+            f"| `{entry.group_kind}`{scope} | {entry.policy_class} | {targets} | "
+            f"{entry.wrapper_spelling} | {entry.merge} | {selectors} | {entry.source} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,127 @@
+"""Findings and the verdict they add up to (SPEC §2.4, §2.5).
+
+Rules produce `Finding`s with no opinion on their weight; `decide` applies the configured
+action of each rule (kind profile > global config > table default, then `--strict`) and
+builds the `Verdict` the HTTP layer and the CLI both render.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from webhook.core.model.profiles import Action
+from webhook.core.rules.ruletable import RULES_BY_ID
+
+MAX_WARNINGS = 10  # SPEC §2.5
+# A line quotes what the user wrote (a name, a key, a value) and that may be megabytes long.
+# SPEC §2.5 wants ≤ 120 characters where possible; this bounds the cases where it is not.
+MAX_LINE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    rule_id: str
+    field: str  # field path in the object, e.g. spec.targetRefs[1].kind
+    message: str  # without the "[PA-XXX] " prefix; one line
+
+    @property
+    def text(self) -> str:
+        return (
+            f"[{self.rule_id}] {self.field}: {self.message}"
+            if self.field
+            else f"[{self.rule_id}] {self.message}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    finding: Finding
+    action: Action
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of one admission: what was found and what it means."""
+
+    judged: tuple[Judged, ...] = ()
+    notes: tuple[str, ...] = field(default=())  # extra warning lines not tied to a rule
+
+    @property
+    def allowed(self) -> bool:
+        return not self.denials
+
+    @property
+    def denials(self) -> tuple[Finding, ...]:
+        return tuple(j.finding for j in self.judged if j.action == "deny")
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(j.finding for j in self.judged if j.action == "warn")
+
+    @property
+    def audited(self) -> tuple[Finding, ...]:
+        return tuple(j.finding for j in self.judged if j.action == "audit")
+
+    @property
+    def rule_ids(self) -> tuple[str, ...]:
+        """Every rule that fired and was not switched off, sorted and unique."""
+        return tuple(sorted({j.finding.rule_id for j in self.judged if j.action != "off"}))
+
+    def warning_lines(self) -> list[str]:
+        """At most MAX_WARNINGS lines; the last one says how many were left out (SPEC §2.5)."""
+        # Warnings reach the user as HTTP `Warning` headers, which cannot hold a line break.
+        lines = [one_line(f.text) for f in self.warnings] + [one_line(n) for n in self.notes]
+        if len(lines) <= MAX_WARNINGS:
+            return lines
+        kept = lines[: MAX_WARNINGS - 1]
+        kept.append(
+            f"... and {len(lines) - len(kept)} more warnings (run `policy-webhook check` to see all)"
+        )
+        return kept
+
+
+def one_line(text: str, limit: int = MAX_LINE) -> str:
+    """`text` on one line (control characters become spaces), cut to `limit` with an ellipsis."""
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+def resolve_action(
+    rule_id: str,
+    *,
+    kind_actions: Mapping[str, Action],
+    global_actions: Mapping[str, Action],
+    strict: bool,
+) -> Action:
+    action = (
+        kind_actions.get(rule_id)
+        or global_actions.get(rule_id)
+        or RULES_BY_ID[rule_id].default_action
+    )
+    if strict and action == "warn":
+        return "deny"
+    return action
+
+
+def decide(
+    findings: Iterable[Finding],
+    *,
+    kind_actions: Mapping[str, Action],
+    global_actions: Mapping[str, Action],
+    strict: bool,
+    notes: Iterable[str] = (),
+) -> Verdict:
+    judged = tuple(
+        Judged(
+            f,
+            resolve_action(
+                f.rule_id, kind_actions=kind_actions, global_actions=global_actions, strict=strict
+            ),
+        )
+        for f in findings
+    )
+    return Verdict(judged=judged, notes=tuple(notes))

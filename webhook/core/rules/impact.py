@@ -1,0 +1,446 @@
+"""Conflict and impact findings (SPEC §2.3): what a policy change does to the cluster.
+
+They need the precedence engine and cluster state, so they only run for policies that the
+shape and target rules let through. Every finding is one line; lists are bounded.
+
+- PA-C01 another policy of the same kind on the same object and section;
+- PA-C02 a default field that an override above always beats;
+- PA-C03 an override that beats more specific policies;
+- PA-C04 the impact preview: effective values before → after, per field;
+- PA-C05 a deleted target that policies still name.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from webhook.core.engine import effective, hierarchy
+from webhook.core.engine.attachment import policy_targets
+from webhook.core.engine.effective import KindResult
+from webhook.core.model import kinds, leaves
+from webhook.core.model.policy import Policy, read_policy
+from webhook.core.model.profiles import KindProfile
+from webhook.core.model.refs import GroupKind, ObjectKey, key_of
+from webhook.core.model.settings import Settings
+from webhook.core.rules.findings import Finding
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import ClusterView
+
+MAX_NAMED = 3  # policies named in one PA-C03 message
+MAX_EXAMPLES = 3  # objects shown in one PA-C04 line
+# SPEC §2.5: a warning line is at most 120 characters, `[PA-C04] ` included.
+MAX_C04_LINE = 120 - len("[PA-C04] ")
+
+
+def policy_findings(
+    obj: Mapping[str, Any],
+    gk: GroupKind,
+    *,
+    view: ClusterView,
+    settings: Settings,
+    old: Mapping[str, Any] | None,
+) -> list[Finding]:
+    """PA-C01…C04 for a policy about to be created or updated."""
+    policy = read_policy(obj, view.profile(gk))
+    if policy is None:
+        return []
+    before = _without(view, policy.key) if old is None else view
+    after = OverlayView(before, upserts=[obj])
+    old_policy = read_policy(old, view.profile(gk)) if old is not None else None
+    affected = _reach(policy, after) | (_reach(old_policy, before) if old_policy else set())
+    sample = heapq.nsmallest(settings.max_impact_objects, affected, key=_ladder_order)
+    results_after = {key: _kind_result(key, after, gk) for key in sample}
+    findings = list(_conflicts(policy, after))
+    if policy.policy_class == "Inherited":
+        findings += _dead_defaults(policy, results_after)
+        findings += _beaten_by_override(policy, results_after)
+    results_before = {key: _kind_result(key, before, gk) for key in sample}
+    findings += _preview(
+        results_before,
+        results_after,
+        settings,
+        total=len(affected),
+        schema=_settings_schema(view.profile(gk)),
+    )
+    return findings
+
+
+def delete_findings(
+    old: Mapping[str, Any], gk: GroupKind, *, view: ClusterView, settings: Settings
+) -> list[Finding]:
+    """PA-C05 when a target is deleted; PA-C04 when a policy is."""
+    key = key_of(old)
+    if key is None:
+        return []
+    if gk in kinds.DEFAULT_TARGETS:
+        return list(_orphans(key, view))
+    policy = view.policy(key) or read_policy(old, view.profile(gk))
+    if policy is None:
+        return []
+    after = _without(view, key)
+    affected = sorted(_reach(policy, view), key=_ladder_order)
+    sample = affected[: settings.max_impact_objects]
+    before = {k: _kind_result(k, view, gk) for k in sample}
+    after_results = {k: _kind_result(k, after, gk) for k in sample}
+    return list(
+        _preview(
+            before,
+            after_results,
+            settings,
+            total=len(affected),
+            schema=_settings_schema(view.profile(gk)),
+        )
+    )
+
+
+# --- reach -----------------------------------------------------------------------------------
+
+
+def _without(view: ClusterView, key: ObjectKey) -> ClusterView:
+    return OverlayView(view, deletes=[key]) if view.get(key) is not None else view
+
+
+def _reach(policy: Policy, view: ClusterView) -> set[ObjectKey]:
+    """Annotatable objects the policy may affect: its targets and (Inherited) what lies below."""
+    inherited = policy.policy_class == "Inherited"
+    out: set[ObjectKey] = set()
+    for target, section in policy_targets(policy, view):
+        out |= hierarchy.affected_by(target, section, view, inherited=inherited)
+    return out
+
+
+def _settings_schema(profile: KindProfile) -> leaves.Schema:
+    """The schema of a kind's settings as `effective` holds them: a stanza's, or the spec's
+    for a kind whose settings sit in the spec itself (Direct kinds, implicit defaults)."""
+    return effective.stanza_schema(profile.spec_schema, "default") or profile.spec_schema
+
+
+def _kind_result(key: ObjectKey, view: ClusterView, gk: GroupKind) -> KindResult | None:
+    return next(iter(effective.compute(key, view, only=gk)), None)
+
+
+# --- PA-C01 ----------------------------------------------------------------------------------
+
+
+def _conflicts(policy: Policy, view: ClusterView) -> Iterable[Finding]:
+    field_of = {
+        (ref.target_key(policy.key.namespace), ref.section_name): ref.field
+        for ref in policy.targets
+    }
+    selector_field = policy.selectors[0].field if policy.selectors else "spec"
+    for target, section in policy_targets(policy, view):
+        obj = view.get(target)
+        for other in view.policies_targeting(target):
+            if other.key == policy.key or other.key.group_kind != policy.key.group_kind:
+                continue
+            if section not in other.sections_on(target, obj):
+                continue
+            where = target.display(section)
+            message = (
+                _direct_conflict(policy, other, where)
+                if policy.policy_class == "Direct"
+                else _inherited_conflict(
+                    policy, other, where, view.profile(policy.key.group_kind).spec_schema
+                )
+            )
+            if message:
+                yield Finding("PA-C01", field_of.get((target, section), selector_field), message)
+
+
+def _wins(a: Policy, b: Policy) -> bool:
+    """SPEC §4.4: the older one wins, then `namespace/name` in byte order."""
+    return a.order_key < b.order_key
+
+
+def _why(winner: Policy, loser: Policy) -> str:
+    return "older" if winner.created < loser.created else "same age, alphabetical"
+
+
+def _direct_conflict(policy: Policy, other: Policy, where: str) -> str:
+    kind = policy.key.kind
+    if _wins(other, policy):
+        return f"{kind} {other.ref} also targets {where} and wins ({_why(other, policy)}); this one will be Conflicted"
+    return f"{kind} {other.ref} also targets {where}; this one wins ({_why(policy, other)}), that one becomes Conflicted"
+
+
+def _inherited_conflict(
+    policy: Policy, other: Policy, where: str, schema: leaves.Schema
+) -> str | None:
+    """Fields both set at the same rung; the override beats the default, else §4.4 order."""
+    lost: list[str] = []
+    won: list[str] = []
+    for stanza in ("override", "default"):
+        mine = leaves.leaves(getattr(policy, stanza) or {}, effective.stanza_schema(schema, stanza))
+        for other_stanza in ("override", "default"):
+            theirs = leaves.leaves(
+                getattr(other, other_stanza) or {}, effective.stanza_schema(schema, other_stanza)
+            )
+            for path in sorted(mine.keys() & theirs.keys(), key=leaves.top_fields):
+                if stanza != other_stanza:
+                    (won if stanza == "override" else lost).append(leaves.top_fields(path))
+                else:
+                    (lost if _wins(other, policy) else won).append(leaves.top_fields(path))
+    if lost:
+        fields = ", ".join(sorted(set(lost)))
+        return f"{policy.key.kind} {other.ref} also targets {where} and wins on {fields}"
+    if won:
+        fields = ", ".join(sorted(set(won)))
+        return f"{policy.key.kind} {other.ref} also targets {where}; this one wins on {fields}"
+    return None
+
+
+# --- PA-C02, PA-C03 --------------------------------------------------------------------------
+
+
+def _dead_defaults(
+    policy: Policy, results: Mapping[ObjectKey, KindResult | None]
+) -> Iterable[Finding]:
+    """Default fields that an override beats in EVERY context this policy's default reaches.
+
+    Read per group of contexts (those sharing one answer), each counting for its contexts.
+    """
+    reached = 0
+    beaten: dict[str, set[str]] | None = None
+    for result in results.values():
+        for group in result.groups if result else ():
+            mine = [
+                loser
+                for loser in group.losers
+                if loser.policy == policy.ref and loser.stanza == "default"
+            ]
+            applies = any(
+                src.policy == policy.ref and src.stanza == "default"
+                for src in group.sources.values()
+            )
+            if not mine and not applies:
+                continue
+            reached += len(group.indices)
+            here = {
+                loser.field: {loser.by.policy or ""}
+                for loser in mine
+                if loser.by is not None and loser.by.stanza == "override"
+            }
+            beaten = (
+                here
+                if beaten is None
+                else {f: beaten[f] | here[f] for f in beaten.keys() & here.keys()}
+            )
+    for name in sorted(beaten or {}):
+        by = ", ".join(sorted((beaten or {})[name]))
+        yield Finding(
+            "PA-C02",
+            f"spec.default.{name}",
+            f"can never take effect: overridden by {by} in all {reached} contexts",
+        )
+
+
+def _beaten_by_override(
+    policy: Policy, results: Mapping[ObjectKey, KindResult | None]
+) -> Iterable[Finding]:
+    beaten: set[str] = set()
+    for result in results.values():
+        if result is None:
+            continue
+        for group in result.groups:
+            # Losers are the group's; which rung is more specific depends on each context.
+            mine = [
+                loser
+                for loser in group.losers
+                if loser.by is not None
+                and loser.by.policy == policy.ref
+                and loser.by.stanza == "override"
+                and loser.policy != policy.ref
+            ]
+            if not mine:
+                continue
+            for i in group.indices:
+                depth = {rung.display(): d for d, rung in enumerate(result.all_contexts[i])}
+                for loser in mine:
+                    assert loser.by is not None
+                    if depth.get(loser.at, -1) > depth.get(loser.by.at, len(depth)):
+                        beaten.add(loser.policy)
+    if beaten:
+        names = sorted(beaten)
+        shown = ", ".join(names[:MAX_NAMED]) + (
+            f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+        )
+        yield Finding(
+            "PA-C03",
+            "spec.override",
+            f"beats {len(names)} more specific {_plural(len(names), 'policy', 'policies')}: {shown}",
+        )
+
+
+# --- PA-C04 ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    obj: ObjectKey
+    where: str  # the object, or its section, as the context's last path entry
+    before: str
+    after: str
+
+
+def _preview(
+    before: Mapping[ObjectKey, KindResult | None],
+    after: Mapping[ObjectKey, KindResult | None],
+    settings: Settings,
+    *,
+    total: int,
+    schema: leaves.Schema,
+) -> Iterable[Finding]:
+    """One line per changed field: `changes maxRetries on 3 HTTPRoutes (apps/r1 5→3, …)`.
+
+    A field is a leaf of the kind's schema (SPEC §2.5, as PA-S11 compares them): a map or
+    a list is one value, shown short."""
+    by_field: dict[str, list[_Change]] = defaultdict(list)
+    shorts: dict[int, _Shorts] = {}
+    for key in sorted(after, key=_ladder_order):
+        old_values, new_values = (
+            _field_values(key, before.get(key), shorts, schema),
+            _field_values(key, after.get(key), shorts, schema),
+        )
+        for where in sorted(old_values.keys() | new_values.keys()):
+            old_fields, new_fields = old_values.get(where, {}), new_values.get(where, {})
+            for name in sorted(old_fields.keys() | new_fields.keys()):
+                old, new = old_fields.get(name, "unset"), new_fields.get(name, "unset")
+                if old != new:
+                    by_field[name].append(_Change(key, where, old, new))
+    for shown, name in enumerate(sorted(by_field)):
+        if shown == settings.max_impact_lines:
+            rest = len(by_field) - shown
+            yield Finding(
+                "PA-C04", "", f"... and {rest} more changed {_plural(rest, 'field', 'fields')}"
+            )
+            return
+        yield Finding("PA-C04", "", _change_line(name, by_field[name]))
+    if total > settings.max_impact_objects and by_field:
+        yield Finding(
+            "PA-C04",
+            "",
+            f"preview covers {settings.max_impact_objects} of {total} affected objects",
+        )
+
+
+_LADDER = {
+    kinds.GATEWAY_CLASS: 0,
+    kinds.GATEWAY: 1,
+    kinds.LISTENER_SET: 2,
+    **{route: 3 for route in kinds.ROUTE_KINDS},
+}
+
+
+def _ladder_order(key: ObjectKey) -> tuple[int, ObjectKey]:
+    """Gateways before routes before Services, so the examples shown are the telling ones."""
+    return (_LADDER.get(key.group_kind, 4), key)
+
+
+def _field_values(
+    key: ObjectKey, result: KindResult | None, shorts: dict[int, _Shorts], schema: leaves.Schema
+) -> dict[str, dict[str, str]]:
+    """Per object or section (the context's last path entry): each field's value as short text.
+
+    Contexts that end at the same place but disagree (a route on two Gateways) say `mixed`.
+    `shorts` holds each answer's fields as text, by answer: objects below one rung share
+    their answers (`derived`), so a preview spells each out once.
+    """
+    if result is None:
+        return {}
+    seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for group in result.groups:
+        found = shorts.get(id(group.effective))
+        if found is None:
+            fields = [
+                (leaves.top_fields(path), _short(value))
+                for path, value in leaves.leaves(group.effective, schema).items()
+            ]
+            found = shorts[id(group.effective)] = _Shorts(group.effective, fields)
+        for i in group.indices:
+            path = result.all_paths[i]
+            at = seen[path[-1] if path else key.display()]
+            for name, text in found.fields:
+                at[name].add(text)
+    return {
+        where: {
+            name: next(iter(vals)) if len(vals) == 1 else "mixed" for name, vals in fields.items()
+        }
+        for where, fields in seen.items()
+    }
+
+
+class _Shorts(NamedTuple):
+    """One answer's fields as (top field, short text); holds the answer so its id stays its."""
+
+    effective: Mapping[str, Any]
+    fields: list[tuple[str, str]]
+
+
+def _change_line(name: str, changes: Sequence[_Change]) -> str:
+    """The line for one field, within SPEC §2.5's 120 characters: fewer examples shown, then
+    shorter values, then the objects counted as one number, until an example fits; a field
+    name too long for any of that is cut last."""
+    counts: dict[str, int] = defaultdict(int)
+    for obj in {change.obj for change in changes}:
+        counts[obj.kind] += 1
+    by_kind = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in sorted(counts.items()))
+    total = sum(counts.values())
+    one_kind = len(counts) == 1
+    for on in (by_kind, f"{total} object{'' if total == 1 else 's'}"):
+        for shown, value_limit in ((MAX_EXAMPLES, 24), (2, 24), (1, 24), (1, 12)):
+            line = f"changes {name} on {on} ({_examples(changes[:shown], value_limit, one_kind)}"
+            line += ", …)" if len(changes) > shown else ")"
+            if len(line) <= MAX_C04_LINE:
+                return line
+    line = f"changes {name} on {by_kind} (…)"
+    return line if len(line) <= MAX_C04_LINE else line[: MAX_C04_LINE - 1] + "…"
+
+
+def _examples(changes: Sequence[_Change], value_limit: int, one_kind: bool) -> str:
+    """Examples with the same change share it: `apps/r1, apps/r2 5→3`."""
+    by_change: dict[tuple[str, str], list[str]] = {}
+    for c in changes:
+        change = (_cut(c.before, value_limit), _cut(c.after, value_limit))
+        by_change.setdefault(change, []).append(_name(c.where, one_kind))
+    return "; ".join(f"{', '.join(names)} {b}→{a}" for (b, a), names in by_change.items())
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _name(where: str, one_kind: bool) -> str:
+    """`apps/r1` when every example is of one kind (the count already says which), else whole."""
+    return where.split("/", 1)[1] if one_kind and "/" in where else where
+
+
+def _short(value: Any, limit: int = 24) -> str:
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value, separators=(",", ":"), sort_keys=True)
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
+# --- PA-C05 ----------------------------------------------------------------------------------
+
+
+def _orphans(key: ObjectKey, view: ClusterView) -> Iterable[Finding]:
+    holders = [p for p in view.policies_targeting(key) if p.key != key]
+    if not holders:
+        return
+    names = [f"{p.key.kind} {p.ref}" for p in holders]
+    shown = ", ".join(names[:MAX_NAMED]) + (
+        f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+    )
+    yield Finding("PA-C05", "", f"{key} is still targeted by {shown}; they become TargetNotFound")

@@ -1,0 +1,112 @@
+"""Cut an API object down to the fields the rules, the engine and the reconciler read.
+
+The informers keep every Gateway API object, Service, Namespace, CRD and policy of a cluster in
+memory, so whatever is not read here is dropped on arrival: `status`, `managedFields`,
+`ownerReferences`, foreign annotations, a Service's IPs and selectors. Pure: no IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core.model import kinds
+from webhook.core.model.profiles import is_policy_crd
+from webhook.core.model.refs import GroupKind, group_of
+
+# Read by the rules (4.4 order, PA-T08 deleting targets), by key_of and by the informers.
+_METADATA_FIELDS = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+)
+# A Service port is a section by `name` and is selected by `port` number (SPEC §2.2, §4.3).
+_SERVICE_PORT_FIELDS = ("name", "port", "protocol")
+# What discovery (plural, scope, served versions) and `profile_from_crd` read from a CRD.
+_CRD_SPEC_FIELDS = ("group", "names", "scope")
+_CRD_VERSION_FIELDS = ("name", "served", "storage")
+
+
+def trim(obj: Mapping[str, Any], *, keep_annotation: str = "") -> dict[str, Any]:
+    """A new, smaller object holding only what is read downstream; `obj` is left as it was.
+
+    `keep_annotation` is the one annotation kept (the effective-policies key, which the
+    reconciler compares before patching); every other annotation is dropped.
+    """
+    kind = obj.get("kind")
+    gk = GroupKind(group_of(obj.get("apiVersion")), kind if isinstance(kind, str) else "")
+    out: dict[str, Any] = {}
+    for field in ("apiVersion", "kind"):
+        if field in obj:
+            out[field] = obj[field]
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping):
+        out["metadata"] = _trim_metadata(metadata, keep_annotation)
+    spec = obj.get("spec")
+    if gk == kinds.NAMESPACE or spec is None:
+        return out  # a Namespace matters only by its name and labels (allowedRoutes selectors)
+    if gk == kinds.SERVICE:
+        out["spec"] = _trim_service_spec(spec)
+    elif gk == kinds.CRD:
+        out["spec"] = _trim_crd_spec(spec, is_policy=is_policy_crd(obj))
+    else:
+        out["spec"] = spec  # Gateway API objects and policies: the rules read all of it
+    return out
+
+
+def _trim_metadata(metadata: Mapping[str, Any], keep_annotation: str) -> dict[str, Any]:
+    out = {field: metadata[field] for field in _METADATA_FIELDS if field in metadata}
+    annotations = metadata.get("annotations")
+    if keep_annotation and isinstance(annotations, Mapping) and keep_annotation in annotations:
+        out["annotations"] = {keep_annotation: annotations[keep_annotation]}
+    return out
+
+
+def _trim_service_spec(spec: object) -> object:
+    if not isinstance(spec, Mapping):
+        return spec  # malformed: keep it as it is, the rules report what they cannot read
+    ports = spec.get("ports")
+    if not isinstance(ports, list):
+        return {}
+    return {
+        "ports": [
+            {f: port[f] for f in _SERVICE_PORT_FIELDS if f in port}
+            if isinstance(port, Mapping)
+            else port
+            for port in ports
+        ]
+    }
+
+
+def _trim_crd_spec(spec: object, *, is_policy: bool) -> object:
+    if not isinstance(spec, Mapping):
+        return spec
+    out: dict[str, Any] = {f: spec[f] for f in _CRD_SPEC_FIELDS if f in spec}
+    versions = spec.get("versions")
+    if isinstance(versions, list):
+        out["versions"] = [
+            _trim_crd_version(v, is_policy) if isinstance(v, Mapping) else v for v in versions
+        ]
+    return out
+
+
+def _trim_crd_version(version: Mapping[str, Any], is_policy: bool) -> dict[str, Any]:
+    out = {f: version[f] for f in _CRD_VERSION_FIELDS if f in version}
+    # Only a policy kind's `spec` schema is read (merge leaves, SPEC §5.3); other CRDs' schemas
+    # run to hundreds of KiB each (the Gateway API's own), so they are not kept at all.
+    spec_schema = _spec_schema(version) if is_policy else None
+    if spec_schema is not None:
+        out["schema"] = {"openAPIV3Schema": {"properties": {"spec": spec_schema}}}
+    return out
+
+
+def _spec_schema(version: Mapping[str, Any]) -> object:
+    schema = version.get("schema")
+    root = schema.get("openAPIV3Schema") if isinstance(schema, Mapping) else None
+    props = root.get("properties") if isinstance(root, Mapping) else None
+    return props.get("spec") if isinstance(props, Mapping) else None

@@ -1,0 +1,176 @@
+"""`policy-webhook serve`: wire state, server, TLS and (in a cluster) informers and reconciler.
+
+Two sources of state, one server: `--manifests PATH` loads a folder once (cluster-less);
+otherwise informers keep the store in step with the API server, and the replica that holds
+the Lease reconciles annotations of existing objects. Every replica serves admission.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from webhook.core.annotation.cache import DEFAULT_MAXSIZE
+from webhook.core.model.profiles import OperatorConfig
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+from webhook.shell.cli.manifests import load_store
+from webhook.shell.https.server import build_app, serve
+from webhook.shell.https.tls import CertFiles, ReloadingTLS, TLSConfigError, self_signed
+from webhook.shell.process import heap
+from webhook.shell.process import readiness as ready
+from webhook.shell.process.logs import fields, setup_logging
+from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.readiness import Readiness
+
+log = logging.getLogger(__name__)
+
+
+def add_flags(
+    parser: argparse.ArgumentParser, *, env: Callable[..., Any], env_bool: Callable[[str], bool]
+) -> None:
+    add = parser.add_argument
+    add("--host", default=env("--host", "0.0.0.0"), help="address to listen on")
+    add("--port", type=int, default=int(env("--port", 8443)), help="HTTPS port")
+    add(
+        "--tls-cert-file",
+        default=env("--tls-cert-file"),
+        help="serving certificate (PEM); re-read when it changes",
+    )
+    add(
+        "--tls-key-file",
+        default=env("--tls-key-file"),
+        help="private key of the serving certificate (PEM)",
+    )
+    add("--client-ca-file", default=env("--client-ca-file"),
+        help="require client certificates signed by this CA (the API server's)")  # fmt: skip
+    add("--self-signed-dir", default=env("--self-signed-dir"),
+        help="with no certificate given: write the generated CA and certificate here (default: a temp dir)")  # fmt: skip
+    add("--insecure-dev-plaintext", action="store_true", default=env_bool("--insecure-dev-plaintext"),
+        help="serve plain HTTP without TLS, for local development only (logs a warning)")  # fmt: skip
+    add("--tls-poll-seconds", type=float, default=float(env("--tls-poll-seconds", 5.0)),
+        help="how often to look for rotated certificate files")  # fmt: skip
+    add("--manifests", action="append", default=_split(env("--manifests")), metavar="PATH",
+        help="cluster-less: read state from these files/folders instead of the API server")  # fmt: skip
+    add("--kubeconfig", default=env("--kubeconfig", os.environ.get("KUBECONFIG")),
+        help="kubeconfig to use outside a cluster (default: in-cluster config, else $KUBECONFIG)")  # fmt: skip
+    add("--leader-election-namespace", default=env("--leader-election-namespace", os.environ.get("POD_NAMESPACE", "policy-webhook")),
+        help="namespace of the Lease that elects the reconciling replica")  # fmt: skip
+    add(
+        "--leader-election-name",
+        default=env("--leader-election-name", "policy-webhook"),
+        help="name of that Lease",
+    )
+    add("--no-reconcile", action="store_true", default=env_bool("--no-reconcile"),
+        help="serve admission only; never patch existing objects")  # fmt: skip
+    add("--reconcile-qps", type=float, default=float(env("--reconcile-qps", 20.0)),
+        help="annotation patches per second the leader may send (token bucket)")  # fmt: skip
+    add("--reconcile-burst", type=int, default=int(env("--reconcile-burst", 40)),
+        help="patches that may go at once before --reconcile-qps applies")  # fmt: skip
+    add("--resync-seconds", type=float, default=float(env("--resync-seconds", 600.0)),
+        help="how often the leader re-checks every object's annotation (a safety net)")  # fmt: skip
+    add("--cache-max-objects", type=int, default=int(env("--cache-max-objects", DEFAULT_MAXSIZE)),
+        help="objects whose annotation value is cached; size it above the annotated objects")  # fmt: skip
+    add("--lease-duration-seconds", type=float, default=float(env("--lease-duration-seconds", 15.0)),
+        help="how long a Lease holder may go silent before another replica takes over")  # fmt: skip
+    add("--max-state-age-seconds", type=float, default=float(env("--max-state-age-seconds", 900.0)),
+        help="readiness fails when no watch has shown life for this long (0: never)")  # fmt: skip
+    add("--drain-seconds", type=float, default=float(env("--drain-seconds", 15.0)),
+        help="on SIGTERM, how long in-flight requests may take to finish")  # fmt: skip
+    add("--shutdown-delay-seconds", type=float, default=float(env("--shutdown-delay-seconds", 0.0)),
+        help="on SIGTERM, how long to keep serving while /readyz fails, so endpoints drop us first")  # fmt: skip
+    add(
+        "--log-level",
+        default=env("--log-level", "INFO"),
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    )
+    add("--log-format", default=env("--log-format", "json"), choices=("json", "text"))
+    add("--log-bodies", action="store_true", default=env_bool("--log-bodies"),
+        help="log admission request bodies (debugging only: they may hold sensitive data)")  # fmt: skip
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [part for part in value.split(",") if part] if value else None
+
+
+def run(args: argparse.Namespace, *, config: OperatorConfig, settings: Settings) -> int:
+    setup_logging(args.log_level, json=args.log_format == "json")
+    try:
+        asyncio.run(_serve(args, config=config, settings=settings))
+    except TLSConfigError as exc:
+        log.error("cannot serve TLS: %s", exc)
+        return 2
+    return 0
+
+
+def certificate_files(args: argparse.Namespace) -> CertFiles:
+    """The given pair, or a self-signed one whose CA path is logged for the caBundle."""
+    if args.tls_cert_file or args.tls_key_file:
+        if not (args.tls_cert_file and args.tls_key_file):
+            raise TLSConfigError("--tls-cert-file and --tls-key-file go together")
+        return CertFiles(Path(args.tls_cert_file), Path(args.tls_key_file))
+    directory = args.self_signed_dir or tempfile.mkdtemp(prefix="policy-webhook-tls-")
+    files = self_signed(directory)
+    log.warning(
+        "no certificate given: serving a self-signed one; trust its CA at %s", files.ca_file,
+        extra=fields(ca_file=str(files.ca_file)),
+    )  # fmt: skip
+    return files
+
+
+async def _serve(args: argparse.Namespace, *, config: OperatorConfig, settings: Settings) -> None:
+    metrics = Metrics()
+    readiness = Readiness(ready.TLS, ready.STATE_SYNCED, ready.NOT_DRAINING)
+    store = Store(config)
+    tls: ReloadingTLS | None = None
+    files = CertFiles(Path(), Path())
+    if not args.insecure_dev_plaintext:
+        files = certificate_files(args)
+        tls = ReloadingTLS(
+            str(files.cert_file), str(files.key_file),
+            client_ca_file=args.client_ca_file, poll_interval=args.tls_poll_seconds, metrics=metrics,
+        )  # fmt: skip
+    app = build_app(
+        view=store,
+        settings=settings,
+        readiness=readiness,
+        metrics=metrics,
+        log_bodies=args.log_bodies,
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        if args.manifests:
+            _, where = load_store(args.manifests, store)
+            heap.settle("state loaded from manifests")  # before ready: the pause is at start
+            readiness.set(ready.STATE_SYNCED, True, f"{len(where)} objects from manifests")
+            log.info(
+                "state loaded from manifests",
+                extra=fields(objects=len(where), paths=args.manifests),
+            )
+        else:
+            from webhook.shell.cluster import live  # kubernetes-asyncio only when a cluster is used
+
+            await stack.enter_async_context(
+                live.running(
+                    args, store=store, settings=settings, metrics=metrics, readiness=readiness
+                )
+            )
+        await serve(
+            app,
+            tls=tls,
+            readiness=readiness,
+            host=args.host,
+            port=args.port,
+            drain_timeout=args.drain_seconds,
+            shutdown_delay=args.shutdown_delay_seconds,
+            on_started=lambda server: log.info(
+                "serving",
+                extra=fields(host=args.host, port=server.port, ca_file=str(files.ca_file or "")),
+            ),
+        )

@@ -1,0 +1,202 @@
+"""Cluster mode of `serve`: informers fill the store; the Lease holder reconciles annotations.
+
+Wiring only. Every replica keeps the store in step with the API server (admission reads it);
+one replica at a time — the holder of a `coordination.k8s.io` Lease — also patches the
+annotation of existing objects (SPEC §3.2). `/readyz` waits for the first full sync (the
+informers report it), never for the Lease: a replica that does not lead still serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from kubernetes_asyncio import client
+
+from webhook.core.annotation.cache import SummaryCache
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+from webhook.shell.cluster import informers, kubeapi
+from webhook.shell.cluster.leader import LeaderElector
+from webhook.shell.cluster.reconciler import Reconciler
+from webhook.shell.process import heap
+from webhook.shell.process import readiness as ready
+from webhook.shell.process.logs import fields
+from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.readiness import Readiness
+
+log = logging.getLogger(__name__)
+
+EXPORT_SECONDS = 5.0  # how often cache counters and store sizes reach /metrics
+
+
+@contextlib.asynccontextmanager
+async def running(
+    args: argparse.Namespace,
+    *,
+    store: Store,
+    settings: Settings,
+    metrics: Metrics,
+    readiness: Readiness,
+) -> AsyncIterator[None]:
+    """Informers, cache, reconciler and leader election for as long as the block runs.
+
+    On exit, in this order: the reconciler stops (no patch after this point), the Lease is
+    released (another replica takes over at once instead of after expiry), the watches end,
+    and the API client closes.
+    """
+    api = await kubeapi.connect(args.kubeconfig)
+    source = informers.ClusterSource(
+        api,
+        store,
+        keep_annotation=settings.annotation_key,
+        metrics=metrics,
+        readiness=readiness,
+        before_ready=lambda: heap.settle("state synced"),
+    )
+    cache = SummaryCache(store, settings, maxsize=args.cache_max_objects)
+    reconciler: Reconciler | None = None
+    elector: LeaderElector | None = None
+    settling: asyncio.Task[None] | None = None
+    exporter = _Exporter(
+        cache, store, metrics, source, readiness, max_age=args.max_state_age_seconds
+    )
+    try:
+        source.start()  # readiness `state-synced` turns ok once every kind is listed
+        if args.no_reconcile:
+            log.info("reconciler disabled (--no-reconcile): admission only")
+        else:
+            reconciler = Reconciler(
+                api,
+                store,
+                cache,
+                settings,
+                metrics,
+                resources=lambda gk: source.watched().get(gk),
+                ready=source.synced,
+                qps=args.reconcile_qps,
+                burst=args.reconcile_burst,
+                resync_period=args.resync_seconds,
+            )
+            elector = _elector(args, api, metrics, reconciler)
+            elector.start()
+        exporter.start()
+        if reconciler is not None:
+            settling = asyncio.create_task(_settle_heap(reconciler), name="heap settler")
+        yield
+    finally:
+        if settling is not None:
+            settling.cancel()
+            await asyncio.gather(settling, return_exceptions=True)
+        await exporter.stop()
+        if reconciler is not None:
+            await reconciler.stop()
+            log.info(
+                "reconciler stopped",
+                extra=fields(
+                    patches=reconciler.patches,
+                    skips=reconciler.skips,
+                    errors=reconciler.errors,
+                    retries=reconciler.retries,
+                    failing=reconciler.failing,
+                ),
+            )
+        if elector is not None:
+            await elector.stop()  # releases the Lease if we hold it
+        await source.stop()
+        await api.close()
+
+
+async def _settle_heap(reconciler: Reconciler) -> None:
+    """Freeze the long-lived state again once it is computed (`heap`); the first time, when
+    it is synced, is the source's `before_ready`."""
+    await reconciler.passed.wait()  # only on the replica that leads
+    heap.settle("first reconcile pass")
+
+
+def _elector(
+    args: argparse.Namespace, api: client.ApiClient, metrics: Metrics, reconciler: Reconciler
+) -> LeaderElector:
+    def started() -> None:
+        reconciler.set_leading(True)  # waits for the first sync, then resyncs everything
+
+    def stopped() -> None:
+        reconciler.set_leading(False)
+
+    lease = args.lease_duration_seconds
+    return LeaderElector(
+        api,
+        namespace=args.leader_election_namespace,
+        name=args.leader_election_name,
+        # client-go's proportions: renew deadline 2/3 of the lease, retries every 2/15 of it.
+        lease_duration=lease,
+        renew_deadline=lease * 2 / 3,
+        retry_period=lease * 2 / 15,
+        metrics=metrics,
+        on_started_leading=started,
+        on_stopped_leading=stopped,
+    )
+
+
+class _Exporter:
+    """Copies the cache's plain counters into Prometheus metrics, and judges staleness.
+
+    The core keeps plain ints (it knows nothing of Prometheus); Counters only go up, so each
+    round adds what was counted since the last one.
+
+    Stale state (docs/reliability.md): admission keeps answering from the last known state —
+    the store is stale, not wrong — and the age is exported. Past `max_age` (0: never) the
+    replica turns unready, so the API server's calls go to replicas that still hear the API
+    server; if all are stale, the failure policy decides.
+    """
+
+    def __init__(
+        self,
+        cache: SummaryCache,
+        store: Store,
+        metrics: Metrics,
+        source: informers.ClusterSource,
+        readiness: Readiness,
+        *,
+        max_age: float,
+    ) -> None:
+        self.cache, self.store, self.metrics = cache, store, metrics
+        self.source, self.readiness, self.max_age = source, readiness, max_age
+        self._hits = self._misses = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="metrics exporter")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.export()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(EXPORT_SECONDS)
+            self.export()
+
+    def export(self) -> None:
+        hits, misses = self.cache.hits, self.cache.misses
+        self.metrics.cache_hits.inc(hits - self._hits)
+        self.metrics.cache_misses.inc(misses - self._misses)
+        self._hits, self._misses = hits, misses
+        age = self.source.last_sync_age()
+        if age != float("inf"):
+            self.metrics.state_age.set(age)
+        if self.max_age > 0 and self.source.synced.is_set():
+            fresh = age <= self.max_age
+            reason = (
+                ""
+                if fresh
+                else f"no watch has shown life for {age:.0f}s (limit {self.max_age:.0f}s)"
+            )
+            self.readiness.set(ready.STATE_FRESH, fresh, reason)
+        for gk in list(self.store.all_kinds()):
+            self.metrics.store_objects.labels(kind=str(gk)).set(self.store.count(gk))

@@ -1,0 +1,375 @@
+"""The reconciler (SPEC §3.2): keep our annotation right on objects that already exist.
+
+Store change → the objects it affects (the cache's dependency tracking, not a rescan) → a
+de-duplicating work queue → a token bucket → one JSON merge patch of our annotation, or nothing
+when the value is already right. Only the Lease holder runs it; every replica serves admission.
+
+Why a JSON merge patch (RFC 7386) of `{"metadata": {"annotations": {KEY: value | null}}}`: it
+names one key of one map, so it can only set or remove that key — every other annotation,
+label and field is left as the server has it, whoever wrote them and whenever. It carries the
+`resourceVersion` the value was computed from, so a patch based on an object we have not yet
+seen change is refused (409) instead of applied; the worker then waits for the informer to
+catch up and computes again. `fieldManager` names us in `managedFields`.
+
+A failed patch (409, 5xx, a timeout, an unreachable server) is tried again after a per-object
+exponential backoff capped at `backoff_cap` — for as long as it fails, as controller-runtime
+does: an object given up on would keep a wrong annotation until the next full resync. Only
+success, the object's deletion, or its annotation turning right (nothing left to send) end
+the retries. Past `warn_after` failures in a row the object is logged once as a WARNING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client
+
+from webhook.core.annotation.cache import SummaryCache
+from webhook.core.model import kinds
+from webhook.core.model.refs import CORE_GROUP, GroupKind, ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+from webhook.shell.cluster import kubeapi
+from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
+from webhook.shell.process.logs import fields
+from webhook.shell.process.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+ResourceOf = Callable[[GroupKind], kubeapi.Resource | None]
+
+
+def object_path(resource: kubeapi.Resource, key: ObjectKey) -> str:
+    """The URL path of one object of `resource` (namespaced or cluster-scoped)."""
+    root = (
+        f"/api/{resource.version}"
+        if resource.group == CORE_GROUP
+        else f"/apis/{resource.group}/{resource.version}"
+    )
+    where = f"/namespaces/{key.namespace}" if key.namespace else ""
+    return f"{root}{where}/{resource.plural}/{key.name}"
+
+
+def annotation_patch(
+    annotation_key: str, value: str | None, resource_version: str | None
+) -> dict[str, Any]:
+    """The merge patch that sets (or, with None, removes) our one annotation and nothing else."""
+    metadata: dict[str, Any] = {"annotations": {annotation_key: value}}
+    if resource_version:
+        metadata["resourceVersion"] = resource_version  # optimistic concurrency: 409 if stale
+    return {"metadata": metadata}
+
+
+def current_annotation(obj: Mapping[str, Any], annotation_key: str) -> str | None:
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    value = annotations.get(annotation_key) if isinstance(annotations, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str | None:
+    metadata = obj.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return version if isinstance(version, str) and version else None
+
+
+class Reconciler:
+    """Brings our annotation up to date on every object a change affects, while leading.
+
+    `set_leading(True)` (the Lease was won) waits for `ready` (the informers' first full
+    sync: reconciling a half-listed cluster would strip annotations that are right), then
+    queues every annotated object once (`resync_all`) and follows the store's changes; a full
+    resync every `resync_period` seconds is the safety net. `set_leading(False)` stops at once.
+
+    `patches`, `skips`, `errors` (failed patches) and `retries` (tries scheduled after a
+    failure, 409s included) count since start; `failing` is how many objects wait for a retry.
+    """
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        store: Store,
+        cache: SummaryCache,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        resources: ResourceOf,
+        ready: asyncio.Event | None = None,
+        field_manager: str = "policy-webhook",
+        qps: float = 20.0,
+        burst: int = 40,
+        workers: int = 4,
+        resync_period: float = 600.0,
+        warn_after: int = 8,
+        backoff_base: float = 0.2,
+        backoff_cap: float = 30.0,
+        request_timeout: float = 10.0,
+    ) -> None:
+        self.api, self.store, self.cache, self.metrics = api, store, cache, metrics
+        self.annotation_key = settings.annotation_key
+        self.resources = resources
+        self.ready = ready
+        self.field_manager = field_manager
+        self.workers = workers
+        self.resync_period = resync_period
+        # The 8th failure in a row comes after 13-25 s of backoff: a blip is never warned about.
+        self.warn_after = warn_after
+        self.request_timeout = request_timeout
+        self.queue = WorkQueue()
+        self.limiter = TokenBucket(qps, burst)
+        self.backoff = ItemBackoff(backoff_base, backoff_cap)
+        # Patches sent whose watch event has not arrived yet: key → (resourceVersion, value).
+        self._sent: dict[ObjectKey, tuple[str | None, str | None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._ending: asyncio.Task[None] | None = None  # the last term, cancelled, cleaning up
+        self.patches = self.skips = self.errors = self.retries = 0  # plain ints for tests, logs
+        # Set the first time the queue drains after a term's first resync: every annotated
+        # object's value has been computed once (the heap is then settled, see `heap`).
+        self.passed = asyncio.Event()
+
+    @property
+    def failing(self) -> int:
+        """Objects whose last patch failed and that wait for their next try."""
+        return len(self.backoff)
+
+    # --- leadership ----------------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def set_leading(self, leading: bool) -> None:
+        """Start or stop reconciling; safe to call from LeaderElector callbacks (no await)."""
+        if leading and not self.leading:
+            self._task = asyncio.create_task(self._lead(self._ending), name="reconciler")
+        elif not leading and self._task is not None:
+            self._task.cancel()
+            self._ending, self._task = self._task, None
+
+    async def stop(self) -> None:
+        self.set_leading(False)
+        if self._ending is not None:
+            await asyncio.gather(self._ending, return_exceptions=True)
+
+    async def wait_idle(self, timeout: float | None = None) -> bool:
+        """True once nothing is queued, in flight or scheduled for retry (tests, benchmarks);
+        only meaningful once work was queued (leading, synced). An object that keeps failing
+        is never done: this then times out."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not self.queue.idle:
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _lead(self, previous: asyncio.Task[None] | None) -> None:
+        workers: list[asyncio.Task[None]] = []
+        try:
+            if previous is not None:
+                # Lost and won again quickly: let the last term finish clearing the queue and
+                # dropping its listener first, or it would clear what this term queues.
+                await asyncio.gather(previous, return_exceptions=True)
+            if self.ready is not None:
+                await self.ready.wait()
+            self.cache.add_listener(self._on_change)
+            self.resync_all()
+            workers = [
+                asyncio.create_task(self._work(), name=f"reconcile worker {i}")
+                for i in range(self.workers)
+            ]
+            while True:
+                await asyncio.sleep(self.resync_period)
+                self.resync_all()
+        finally:
+            self.cache.remove_listener(self._on_change)
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            self.queue.clear()
+            self._sent.clear()
+            self.backoff.clear()
+            self.metrics.reconcile_failing.set(0)
+
+    # --- what to do ----------------------------------------------------------------------------
+
+    def resync_all(self) -> int:
+        """Queue every annotated object (at leadership start, and periodically)."""
+        queued = 0
+        for gk in sorted(kinds.ANNOTATED_KINDS):
+            for key in list(self.store.keys(gk)):
+                self.queue.add(key)
+                queued += 1
+        logger.info(
+            "reconciler resync: %d objects queued, %d failing",
+            queued,
+            self.failing,
+            extra=fields(queued=queued, failing=self.failing),
+        )
+        return queued
+
+    def _on_change(
+        self,
+        key: ObjectKey,
+        old: Mapping[str, Any] | None,
+        new: Mapping[str, Any] | None,
+        affected: frozenset[ObjectKey],
+    ) -> None:
+        for member in affected:
+            self.queue.add(member)
+        if key.group_kind not in kinds.ANNOTATED_KINDS:
+            return
+        if new is None:
+            self._forget(key)  # deleted: no retry, nothing to remember
+            return
+        value = current_annotation(new, self.annotation_key)
+        sent = self._sent.get(key)
+        if sent is not None and sent[1] == value:
+            return  # the echo of our own patch
+        if old is None or current_annotation(old, self.annotation_key) != value:
+            self.queue.add(key)  # someone else edited or removed our annotation: put it back
+
+    # --- the workers ---------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                await self._reconcile(key)
+            except Exception as exc:  # a bug of ours must not kill the worker
+                logger.exception("reconcile failed", extra=fields(object=str(key)))
+                self._retry(key, "bug", exc)
+            finally:
+                self.queue.done(key)
+            if self.queue.idle:
+                self.passed.set()
+            # `Queue.get` does not suspend while items wait, and a skip never awaits: without
+            # this, a resync of 10,000 up-to-date objects would hold the loop (and admission).
+            await asyncio.sleep(0)
+
+    def _wanted(self, key: ObjectKey) -> tuple[bool, str | None, str | None]:
+        """(patch needed, value wanted, resourceVersion it was computed from)."""
+        obj = self.store.get(key)
+        if obj is None:
+            return False, None, None  # deleted meanwhile: nothing to annotate
+        version = _resource_version(obj)
+        wanted = self.cache.get(key)
+        sent = self._sent.get(key)
+        if sent is not None and sent[0] != version:
+            del self._sent[key]  # the watch caught up with our patch
+            sent = None
+        if current_annotation(obj, self.annotation_key) == wanted or sent == (version, wanted):
+            return False, wanted, version
+        return True, wanted, version
+
+    async def _reconcile(self, key: ObjectKey) -> None:
+        needed, _, _ = self._wanted(key)
+        resource = self.resources(key.group_kind) if needed else None
+        if needed and resource is None:
+            logger.debug("no served resource", extra=fields(object=str(key)))
+            self._succeeded(key, "its kind is no longer served")
+            return
+        if resource is not None:
+            await self.limiter.acquire()  # only patches spend tokens; skips are free
+            needed, wanted, version = self._wanted(key)  # the state may have moved meanwhile
+            if needed:
+                await self._send(resource, key, wanted, version)
+                return
+        # Deleted meanwhile, or the annotation is right now (someone else set it, or the
+        # policies moved back): whatever failed before has nothing left to retry.
+        self._succeeded(key, "nothing to patch any more")
+        self.skips += 1
+        self.metrics.reconcile_skips.labels(kind=str(key.group_kind)).inc()
+
+    async def _send(
+        self, resource: kubeapi.Resource, key: ObjectKey, wanted: str | None, version: str | None
+    ) -> None:
+        """One patch; 404 drops the key, 409 and failures come back later with a backoff."""
+        try:
+            await self._patch(resource, key, wanted, version)
+        except kubeapi.ApiError as exc:
+            if exc.status == 404:
+                self._succeeded(key, "deleted")  # its DELETED event is on its way
+                return
+            if exc.status == 409:  # the watch brings the version to compute from
+                self._retry(key, "conflict", exc)
+                return
+            self._failed(key, exc)
+            return
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._failed(key, exc)
+            return
+        self._succeeded(key, "patched")
+        self._sent[key] = (version, wanted)
+        self.patches += 1
+        self.metrics.reconcile_patches.labels(kind=str(key.group_kind)).inc()
+        logger.debug(
+            "annotation %s",
+            "removed" if wanted is None else "set",
+            extra=fields(object=str(key), bytes=len(wanted or "")),
+        )
+
+    def _failed(self, key: ObjectKey, exc: Exception) -> None:
+        self.errors += 1
+        self.metrics.reconcile_errors.labels(kind=str(key.group_kind)).inc()
+        self._retry(key, "error", exc)
+
+    def _retry(self, key: ObjectKey, cause: str, exc: Exception) -> None:
+        """Try `key` again after its backoff; never give up (see the module docstring)."""
+        delay = self.backoff.when(key)
+        failures = self.backoff.failures(key)
+        self.retries += 1
+        self.metrics.reconcile_retries.labels(kind=str(key.group_kind), cause=cause).inc()
+        self.metrics.reconcile_failing.set(self.failing)
+        self.queue.add_after(key, delay)
+        about = fields(object=str(key), attempts=failures, cause=cause, error=repr(exc))
+        if failures == self.warn_after:  # once per run of failures, not at every retry
+            logger.warning(
+                "annotation patch failed %d times in a row; still retrying, every %gs at most",
+                failures,
+                self.backoff.cap,
+                extra=about,
+            )
+        else:
+            what = "conflict" if cause == "conflict" else "annotation patch failed"
+            logger.debug("%s; retrying in %.2fs", what, delay, extra=about)
+
+    def _succeeded(self, key: ObjectKey, outcome: str) -> None:
+        """`key` needs no retry (any more); say so if it had been reported as failing."""
+        self.queue.cancel_later(key)
+        failures = self.backoff.forget(key)
+        if failures:
+            self.metrics.reconcile_failing.set(self.failing)
+        if failures >= self.warn_after:
+            logger.info(
+                "annotation of a failing object settled: %s",
+                outcome,
+                extra=fields(object=str(key), outcome=outcome),
+            )
+
+    def _forget(self, key: ObjectKey) -> None:
+        """A deleted object: drop its scheduled retry and what we remember of it."""
+        self._succeeded(key, "deleted")
+        self._sent.pop(key, None)
+
+    async def _patch(
+        self, resource: kubeapi.Resource, key: ObjectKey, value: str | None, version: str | None
+    ) -> None:
+        response = await kubeapi.open_request(
+            self.api,
+            "PATCH",
+            object_path(resource, key),
+            query=[("fieldManager", self.field_manager)],
+            body=annotation_patch(self.annotation_key, value, version),
+            content_type=MERGE_PATCH,
+            timeout=kubeapi.request_timeout(self.request_timeout),
+        )
+        try:
+            await response.read()  # the whole object back; read so the connection is reused
+        finally:
+            response.release()

@@ -1,0 +1,2 @@
+"""The HTTPS server: TLS that follows rotated certificates, the admission endpoints, probes,
+metrics, graceful drain."""
