@@ -26,7 +26,7 @@ test: install  ## the whole suite: unit, HTTPS, and end-to-end on a real kube-ap
 	$(BIN)/python -m pytest
 
 test-unit: install
-	$(BIN)/python -m pytest tests/unit tests/shell
+	$(BIN)/python -m pytest tests/core tests/shell tests/deploy
 
 lint: install
 	$(BIN)/ruff check webhook tests bench

@@ -7,7 +7,7 @@ in a `finally` whatever happens: every other module shares this cluster. Figures
 
 A write conflict is provoked for real: foreign writes to the very objects the reconciler
 patches, as fast as the API server takes them, so that its resourceVersion-guarded merge
-patch is based on an object that has changed meanwhile (tests/shell/test_reconciler_fake.py
+patch is based on an object that has changed meanwhile (tests/shell/cluster/test_reconciler_fake.py
 forces the same 409 with a fake, deterministically).
 """
 
@@ -398,7 +398,7 @@ def test_a_write_conflict_with_a_concurrent_writer_is_retried_until_the_annotati
         f"{writer.writes} foreign writes; converged {took:.1f}s after the writer stopped; "
         f"reconcile errors {metric(a, 'policy_webhook_reconcile_errors_total'):.0f}"
     )
-    assert conflicts >= 1, "no 409 provoked; see tests/shell/test_reconciler_fake.py"
+    assert conflicts >= 1, "no 409 provoked; see tests/shell/cluster/test_reconciler_fake.py"
     assert foreign == writer.last, "their annotation is as they last wrote it"
     assert metric(a, "policy_webhook_reconcile_errors_total") == 0, "a 409 is not an error"
 

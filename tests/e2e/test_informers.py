@@ -3,7 +3,7 @@ going, server-side watch timeouts and an API server restart.
 
 Each test uses namespaces and API groups of its own, so the session's shared cluster may hold
 anything else. 410 Gone, expired continue tokens and mid-stream drops are forced against a fake
-in tests/shell/test_informers_fake.py, because a real server produces them only at its whim.
+in tests/shell/cluster/test_informers_fake.py, because a real server produces them only at its whim.
 """
 
 from __future__ import annotations

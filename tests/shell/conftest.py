@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import trustme
-from https_harness import CLUSTER_YAML, RunningWebhook, load_yaml, write_pair
 
+from tests.fixtures.https import CLUSTER_YAML, RunningWebhook, load_yaml, write_pair
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.https import server

@@ -1,0 +1,280 @@
+"""The `/mutate` patch (SPEC §3.1): our annotation only, computed from the incoming object."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.fixtures.engine import CLUSTER, CRDS, docs, store_of
+from webhook.core.admission import mutation
+from webhook.core.admission.reviews import Request
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+
+SETTINGS = Settings()
+KEY = SETTINGS.annotation_key
+
+POLICIES = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw2, namespace: infra}
+spec:
+  gatewayClassName: acme
+  listeners: [{name: web, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}]
+---
+apiVersion: policies.example.com/v1alpha1
+kind: ColorPolicy
+metadata: {name: gw, namespace: infra}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  default: {color: red}
+---
+apiVersion: policies.example.com/v1alpha1
+kind: ColorPolicy
+metadata: {name: gw2, namespace: infra}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw2}]
+  default: {color: blue}
+"""
+
+
+def cluster() -> Store:
+    return store_of(CRDS, CLUSTER, POLICIES)
+
+
+def incoming_route(parent: str = "gw", annotations: Any = None, **metadata: Any) -> dict[str, Any]:
+    (obj,) = docs(
+        f"""
+        apiVersion: gateway.networking.k8s.io/v1
+        kind: HTTPRoute
+        metadata: {{name: r, namespace: apps}}
+        spec:
+          parentRefs: [{{name: {parent}, namespace: infra}}]
+          rules: [{{backendRefs: [{{name: foo, port: 80}}]}}]
+        """
+    )
+    if annotations is not None:
+        obj["metadata"]["annotations"] = annotations
+    obj["metadata"].update(metadata)
+    return obj
+
+
+def request(
+    obj: dict[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    kind: tuple[str, str] = ("gateway.networking.k8s.io", "HTTPRoute"),
+    **extra: Any,
+) -> Request:
+    group, name = kind
+    req: dict[str, Any] = {
+        "uid": "u-1",
+        "kind": {"group": group, "version": "v1", "kind": name},
+        "resource": {"group": group, "version": "v1", "resource": name.lower() + "s"},
+        "operation": operation,
+        "namespace": "apps",
+        "object": obj,
+        **extra,
+    }
+    return req  # type: ignore[return-value]
+
+
+def applied(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    return jsonpatch.apply_patch(copy.deepcopy(obj), ops)  # type: ignore[no-any-return]
+
+
+def colours(value: str) -> list[str]:
+    contexts = json.loads(value)["policies"]["ColorPolicy.policies.example.com"]["contexts"]
+    return [c["effective"]["color"] for c in contexts]
+
+
+def test_without_an_annotations_map_the_patch_creates_it() -> None:
+    obj = incoming_route()
+    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS)
+    assert [(op["op"], op["path"]) for op in ops] == [("add", "/metadata/annotations")]
+    result = applied(obj, ops)
+    assert list(result["metadata"]["annotations"]) == [KEY]
+    value = json.loads(result["metadata"]["annotations"][KEY])
+    (entry,) = value["policies"]["ColorPolicy.policies.example.com"]["contexts"]
+    assert entry["effective"] == {"color": "red"}
+    assert len(entry["paths"]) == 2  # both listeners of gw, alike, so one entry
+
+
+def test_annotations_null_is_replaced_by_a_map() -> None:
+    obj = incoming_route()
+    obj["metadata"]["annotations"] = None
+    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS)
+    assert applied(obj, ops)["metadata"]["annotations"].keys() == {KEY}
+
+
+def test_other_annotations_are_untouched_and_the_key_is_escaped() -> None:
+    obj = incoming_route(annotations={"team": "apps", "a/b~c": "x"})
+    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS)
+    assert [(op["op"], op["path"]) for op in ops] == [
+        ("add", "/metadata/annotations/policy-attachment.dev~1effective-policies")
+    ]
+    result = applied(obj, ops)
+    assert result["metadata"]["annotations"]["team"] == "apps"
+    assert result["metadata"]["annotations"]["a/b~c"] == "x"
+
+
+def test_a_prefix_with_a_tilde_is_escaped_tilde_first() -> None:
+    settings = Settings(annotation_prefix="ex~1ample.com")
+    obj = incoming_route(annotations={"ex~1ample.com/effective-policies": "stale"})
+    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=settings)
+    assert [(op["op"], op["path"]) for op in ops] == [
+        ("replace", "/metadata/annotations/ex~01ample.com~1effective-policies")
+    ]
+    result = applied(obj, ops)
+    assert set(result["metadata"]["annotations"]) == {"ex~1ample.com/effective-policies"}
+    assert colours(result["metadata"]["annotations"]["ex~1ample.com/effective-policies"]) == ["red"]
+
+
+def test_an_up_to_date_annotation_gives_no_operations() -> None:
+    obj = incoming_route()
+    first = applied(obj, mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS))
+    assert (
+        mutation.annotation_patch(
+            request(first, operation="UPDATE"), view=cluster(), settings=SETTINGS
+        )
+        == []
+    )
+
+
+def test_when_no_policy_applies_the_annotation_is_removed_and_nothing_else() -> None:
+    obj = incoming_route(parent="nowhere", annotations={KEY: "{}", "keep": "me"})
+    ops = mutation.annotation_patch(
+        request(obj, operation="UPDATE"), view=cluster(), settings=SETTINGS
+    )
+    assert ops == [
+        {"op": "remove", "path": "/metadata/annotations/policy-attachment.dev~1effective-policies"}
+    ]
+    assert applied(obj, ops)["metadata"]["annotations"] == {"keep": "me"}
+    bare = incoming_route(parent="nowhere")
+    assert mutation.annotation_patch(request(bare), view=cluster(), settings=SETTINGS) == []
+
+
+def test_an_update_that_moves_a_route_uses_the_incoming_parent_refs() -> None:
+    store = cluster()
+    store.upsert(incoming_route(parent="gw"))  # stored: on gw
+    moved = incoming_route(parent="gw2")
+    ops = mutation.annotation_patch(
+        request(moved, operation="UPDATE"), view=store, settings=SETTINGS
+    )
+    value = applied(moved, ops)["metadata"]["annotations"][KEY]
+    assert colours(value) == ["blue"]
+    assert json.loads(value)["policies"]["ColorPolicy.policies.example.com"]["policies"] == [
+        "infra/gw2"
+    ]
+
+
+def test_the_namespace_may_come_from_the_request() -> None:
+    obj = incoming_route()
+    del obj["metadata"]["namespace"]
+    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS)
+    assert colours(applied(obj, ops)["metadata"]["annotations"][KEY]) == ["red"]
+
+
+def test_a_service_create_sees_the_routes_already_there() -> None:
+    (svc,) = docs(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: foo, namespace: apps}\nspec: {ports: [{name: web, port: 80}]}"
+    )
+    ops = mutation.annotation_patch(
+        request(svc, kind=("", "Service")), view=cluster(), settings=SETTINGS
+    )
+    value = json.loads(applied(svc, ops)["metadata"]["annotations"][KEY])
+    (entry,) = value["policies"]["ColorPolicy.policies.example.com"]["contexts"]
+    assert entry["paths"] == [
+        ["GatewayClass/acme", "Gateway/infra/gw#https", "HTTPRoute/apps/r", "Service/apps/foo#web"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        pytest.param(request(incoming_route(), operation="DELETE"), id="delete"),
+        pytest.param(request(incoming_route(), operation="CONNECT"), id="connect"),
+        pytest.param(
+            request(incoming_route(), operation="UPDATE", subResource="status"), id="status"
+        ),
+        pytest.param(
+            request(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}},
+                kind=("", "ConfigMap"),
+            ),
+            id="other_kind",
+        ),
+        pytest.param(
+            request(
+                {
+                    "apiVersion": "policies.example.com/v1alpha1",
+                    "kind": "ColorPolicy",
+                    "metadata": {"name": "p", "namespace": "apps"},
+                },
+                kind=("policies.example.com", "ColorPolicy"),
+            ),
+            id="policies_are_never_mutated",
+        ),
+        pytest.param(
+            request(incoming_route(name="", generateName="r-")), id="generate_name_without_name_yet"
+        ),
+    ],
+)
+def test_nothing_for_other_operations_kinds_and_subresources(req: Request) -> None:
+    assert mutation.annotation_patch(req, view=cluster(), settings=SETTINGS) == []
+
+
+# --- property: the patch touches our annotation and nothing else ------------------------------
+
+JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=5))
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+ANNOTATIONS = st.one_of(
+    st.none(),
+    st.dictionaries(
+        st.sampled_from(["a", "a/b", "x~y", "~1", KEY, "team"]), st.text(max_size=8), max_size=4
+    ),
+)
+STORE = cluster()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    parent=st.sampled_from(["gw", "gw2", "nowhere"]),
+    annotations=ANNOTATIONS,
+    labels=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
+    extra=st.dictionaries(st.text(min_size=1, max_size=6), JSON_VALUES, max_size=3),
+)
+def test_the_patch_leaves_every_other_field_byte_identical(
+    parent: str, annotations: Any, labels: dict[str, str], extra: dict[str, Any]
+) -> None:
+    obj = incoming_route(parent=parent, labels=labels)
+    if annotations is not None:
+        obj["metadata"]["annotations"] = annotations
+    obj["spec"]["extra"] = extra
+    ops = mutation.annotation_patch(request(obj, operation="UPDATE"), view=STORE, settings=SETTINGS)
+    result = applied(obj, ops)
+
+    def without_ours(o: dict[str, Any]) -> bytes:
+        o = copy.deepcopy(o)
+        notes = o["metadata"].pop("annotations", None) or {}
+        notes.pop(KEY, None)
+        return json.dumps([o, notes], sort_keys=False).encode()
+
+    assert without_ours(result) == without_ours(obj)
+    assert all(op["path"].startswith("/metadata/annotations") for op in ops)
+    again = mutation.annotation_patch(
+        request(result, operation="UPDATE"), view=STORE, settings=SETTINGS
+    )
+    assert again == []  # applying our own patch makes it a fixed point

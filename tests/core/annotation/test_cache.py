@@ -1,0 +1,346 @@
+"""The summary cache: hits and misses, TTL as a safety net, and SPEC §5.8 as a property —
+after any sequence of changes, every cached summary equals a fresh computation.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from tests.fixtures.changes import (
+    GROUP,
+    OPS,
+    SETTINGS,
+    TIMES,
+    Op,
+    annotated,
+    apply,
+    assert_fresh,
+    base_store,
+    gateway_doc,
+    grant_doc,
+    namespace_doc,
+    policy_docs,
+    rebuilt,
+    route_doc,
+)
+from tests.fixtures.engine import gateway, route, service
+from webhook.core.annotation import dependencies, summary
+from webhook.core.annotation.cache import SummaryCache
+from webhook.core.engine import effective
+from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+
+# --- the property ----------------------------------------------------------------------------
+
+
+def policy_on_gateway(name: str, color: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "ColorPolicy",
+        "metadata": {"name": name, "namespace": "infra", "creationTimestamp": TIMES[0]},
+        "spec": {
+            "targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": "gw"}],
+            "default": {"color": color},
+        },
+    }
+
+
+def cross_namespace_policy() -> dict[str, Any]:
+    """From `infra` onto a route of `shop`: counts only once a grant in `shop` allows it."""
+    doc = policy_on_gateway("cross", "blue")
+    doc["spec"]["targetRefs"] = [
+        {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": "r3", "namespace": "shop"}
+    ]
+    return doc
+
+
+GW_POLICY: Op = ("upsert", policy_on_gateway("gw-color", "red"))
+
+
+def selecting_policy(app: str) -> dict[str, Any]:
+    """A policy of `apps` on every route there labelled `app: <app>` (SPEC §1.7)."""
+    doc = policy_on_gateway("picky", "green")
+    doc["metadata"]["namespace"] = "apps"
+    doc["spec"] = {
+        "targetSelectors": [{"kind": "HTTPRoute", "matchLabels": {"app": app}}],
+        "default": {"color": "green"},
+    }
+    return doc
+
+
+# Random search finds what two or three changes do together; these examples make sure every
+# kind of dependency is exercised on every run, whatever the search draws.
+@example(start=[GW_POLICY], ops=[("upsert", namespace_doc("apps", 0))])  # labels → listeners
+@example(start=[], ops=[("upsert", selecting_policy("a"))])  # what a selector picks
+@example(start=[("upsert", selecting_policy("a"))], ops=[("relabel", (0, 2))])  # a relabel
+@example(start=[("upsert", selecting_policy("a"))], ops=[("delete-policy", 0)])
+@example(start=[GW_POLICY], ops=[("delete-policy", 0)])  # the old targets of a policy
+@example(start=[GW_POLICY], ops=[("color-class", "Direct")])  # a kind's class (CRD label)
+@example(  # a grant admits a cross-namespace backend
+    start=[GW_POLICY, ("upsert", route_doc("apps", "r1", 0, 2))], ops=[("upsert", grant_doc(0))]
+)
+@example(start=[("upsert", cross_namespace_policy())], ops=[("upsert", grant_doc(1))])
+@example(start=[GW_POLICY], ops=[("upsert", route_doc("apps", "r1", 2, 1))])  # a route moves
+@example(start=[GW_POLICY], ops=[("upsert", gateway_doc(["https"], 0))])  # listeners go
+@example(
+    start=[GW_POLICY, ("upsert", route_doc("apps", "r2", 3, 0))],
+    ops=[("delete", ObjectKey(GATEWAY_GROUP, "ListenerSet", "apps", "extra"))],
+)
+@example(
+    start=[GW_POLICY, ("upsert", route_doc("apps", "r2", 4, 0))],
+    ops=[("delete", service("apps", "foo")), ("restore", None)],
+)
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    start=st.lists(st.one_of(st.tuples(st.just("upsert"), policy_docs()), OPS), max_size=6),
+    ops=st.lists(OPS, min_size=1, max_size=10),
+)
+def test_cached_summaries_always_equal_a_fresh_computation(start: list[Op], ops: list[Op]) -> None:
+    store = base_store()
+    for op in start:  # a random cluster to begin with, cached whole before the first change
+        apply(store, op)
+    cache = SummaryCache(store, SETTINGS)
+    keys = annotated(store)
+    assert_fresh(cache, store, keys)  # everything cached before the first change
+    for op in ops:
+        apply(store, op)
+        keys = sorted({*keys, *annotated(store)})  # deleted objects too: their answer is None
+        assert_fresh(cache, store, keys)
+
+
+def test_the_property_catches_a_cache_that_forgets_to_invalidate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The property is not vacuous: with dependency tracking switched off it fails."""
+    monkeypatch.setattr(dependencies, "affected_by_change", lambda *a, **k: set())
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    assert cache.get(r1) is None
+    apply(store, ("upsert", policy_on_gateway("p0", "red")))
+    assert cache.get(r1) is None
+    assert summary.summarize(r1, store, SETTINGS) is not None
+
+
+def test_the_property_catches_a_memo_that_outlives_a_hierarchy_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not vacuous for `derived` either: contexts kept across a route's move are caught."""
+    monkeypatch.setattr(Store, "last_change", lambda self, gks: 0)
+    store = base_store()
+    apply(store, GW_POLICY)
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))  # memos filled
+    apply(store, ("upsert", route_doc("apps", "r1", 2, 1)))  # r1 moves to gw2: new contexts
+    with pytest.raises(AssertionError, match=r"stale (memo|cache entry)"):
+        assert_fresh(cache, store, annotated(store))
+
+
+def test_the_property_catches_a_ladder_that_outlives_a_policys_move(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not vacuous for ladders kept across policy edits (`derived.LadderMemo`): with the
+    store never saying that a policy moved, a retargeted policy is caught."""
+    stuck = property(lambda store: 0, lambda store, value: None)
+    monkeypatch.setattr(Store, "attachment_revision", stuck, raising=False)
+    store = base_store()
+    apply(store, GW_POLICY)
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))  # ladders filled
+    moved = copy.deepcopy(GW_POLICY[1])
+    moved["spec"]["targetRefs"] = [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": "r1"}]
+    moved["metadata"]["namespace"] = "apps"
+    apply(store, ("delete-policy", 0))
+    apply(store, ("upsert", moved))
+    with pytest.raises(AssertionError, match=r"stale (memo|cache entry)"):
+        assert_fresh(cache, store, annotated(store))
+
+
+# --- hits, misses and the TTL ---------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_second_get_is_a_hit_and_returns_the_same_value() -> None:
+    store = base_store()
+    store.upsert(policy_on_gateway("p0", "red"))
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    first = cache.get(r1)
+    assert first is not None and '"color":"red"' in first
+    assert (cache.hits, cache.misses) == (0, 1)
+    assert cache.get(r1) == first
+    assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_no_annotation_is_cached_too() -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    assert cache.get(r1) is None
+    assert cache.get(r1) is None
+    assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_a_change_drops_what_it_affects_and_keeps_the_rest() -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    r1, r3 = route("apps", "r1"), route("shop", "r3")
+    store.upsert(route_doc("shop", "r3", 2, 0))  # r3 on gw2, r1 on gw
+    cache.get(r1), cache.get(r3)
+    store.upsert(policy_on_gateway("p0", "red"))  # reaches gw and r1, not gw2 or r3
+    assert r1 not in cache and r3 in cache
+    assert cache.dropped >= 1
+    assert cache.get(r1) is not None
+    assert cache.get(r3) is None
+    assert (cache.hits, cache.misses) == (1, 3)
+
+
+def test_a_write_of_our_own_annotation_drops_nothing() -> None:
+    store = base_store()
+    store.upsert(policy_on_gateway("p0", "red"))
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    value = cache.get(r1)
+    obj = copy.deepcopy(dict(store.get(r1) or {}))
+    obj["metadata"]["annotations"] = {SETTINGS.annotation_key: value}
+    store.upsert(obj)
+    assert r1 in cache
+
+
+def test_ttl_expiry_recomputes_as_a_safety_net() -> None:
+    clock = Clock()
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS, ttl=10.0, timer=clock)
+    r1 = route("apps", "r1")
+    cache.get(r1)
+    clock.now = 9.0
+    cache.get(r1)
+    clock.now = 11.0
+    cache.get(r1)
+    assert (cache.hits, cache.misses) == (1, 2)
+
+
+def test_invalidate_all_forgets_everything() -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    for key in annotated(store):
+        cache.get(key)
+    assert len(cache) == len(annotated(store))
+    cache.invalidate_all()
+    assert len(cache) == 0
+
+
+def test_maxsize_evicts_but_answers_stay_right() -> None:
+    store = base_store()
+    store.upsert(policy_on_gateway("p0", "red"))
+    cache = SummaryCache(store, SETTINGS, maxsize=2)
+    assert_fresh(cache, store, annotated(store))
+    assert len(cache) == 2
+
+
+def test_listeners_hear_the_affected_set_of_each_write() -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    heard: list[tuple[ObjectKey, frozenset[ObjectKey]]] = []
+
+    def listener(key: ObjectKey, old: Mapping[str, Any] | None, new: Any, affected: Any) -> None:
+        heard.append((key, affected))
+
+    cache.add_listener(listener)
+    store.upsert(policy_on_gateway("p0", "red"))
+    ((key, affected),) = heard
+    assert key.name == "p0"
+    assert {gateway("infra", "gw"), route("apps", "r1")} <= affected
+    cache.remove_listener(listener)
+    store.upsert(policy_on_gateway("p0", "blue"))
+    assert len(heard) == 1
+
+
+def test_an_empty_cache_with_no_listener_skips_the_fan_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[ObjectKey] = []
+    real = dependencies.affected_by_change
+
+    def counting(key: ObjectKey, *args: Any, **kwargs: Any) -> set[ObjectKey]:
+        calls.append(key)
+        return real(key, *args, **kwargs)
+
+    monkeypatch.setattr(dependencies, "affected_by_change", counting)
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    store.upsert(policy_on_gateway("p0", "red"))
+    assert calls == []
+    cache.get(route("apps", "r1"))
+    store.upsert(policy_on_gateway("p0", "blue"))
+    assert len(calls) == 1
+
+
+def test_a_policy_write_recomputes_only_its_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = base_store()
+    apply(store, GW_POLICY)
+    cache = SummaryCache(store, SETTINGS)
+    r1 = route("apps", "r1")
+    assert cache.get(r1) is not None
+    apply(store, ("upsert", policy_on_gateway("gw-color", "blue")))
+    assert r1 not in cache  # stale, but only its ColorPolicy piece
+    calls: list[object] = []
+    real = effective.compute
+    monkeypatch.setattr(
+        effective, "compute", lambda *a, **k: calls.append(k.get("only")) or real(*a, **k)
+    )
+    value = cache.get(r1)
+    assert calls == [GroupKind(GROUP, "ColorPolicy")]
+    assert value is not None and '"color":"blue"' in value
+    assert value == summary.summarize(r1, rebuilt(store), SETTINGS)
+
+
+def test_the_property_catches_a_cache_that_refreshes_the_wrong_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not vacuous for per-kind refreshes: marking another kind stale is caught."""
+    monkeypatch.setattr(
+        SummaryCache, "_policy_kind", lambda self, key, old, new: GroupKind(GROUP, "Other")
+    )
+    store = base_store()
+    apply(store, GW_POLICY)
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))
+    apply(store, ("upsert", policy_on_gateway("gw-color", "blue")))
+    with pytest.raises(AssertionError, match="stale cache entry"):
+        assert_fresh(cache, store, annotated(store))
+
+
+def test_a_refresh_that_outgrows_the_cap_gives_the_truncated_value() -> None:
+    """SPEC §3.3's cap holds through the per-kind refresh too: a value that fitted, grown past
+    the cap by one kind's new piece, comes back truncated exactly as a fresh computation."""
+    store = base_store()
+    apply(store, GW_POLICY)
+    r1 = route("apps", "r1")
+    fitting = summary.summarize(r1, store, SETTINGS) or ""
+    small = Settings(annotation_max_bytes=len(fitting.encode()) + 10)
+    cache = SummaryCache(store, small)
+    assert cache.get(r1) == fitting  # under the cap: kept in pieces
+    apply(store, ("upsert", policy_on_gateway("gw-color", "x" * 200)))
+    value = cache.get(r1)
+    assert value is not None and '"truncated":true' in value
+    assert len(value.encode()) <= small.annotation_max_bytes
+    assert value == summary.summarize(r1, rebuilt(store), small)
+    apply(store, GW_POLICY)  # back under the cap: the truncated entry is recomputed whole
+    assert cache.get(r1) == fitting

@@ -1,0 +1,286 @@
+"""The annotation value (SPEC §3.3): schema v1 byte for byte, grouping, determinism, size cap."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.fixtures.engine import CLUSTER, CRDS, docs, gateway, route, service, store_of
+from webhook.core.annotation import summary
+from webhook.core.engine import effective
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+
+SPEC_EXAMPLE_POLICIES = """
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {name: gw-retry, namespace: infra}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  override: {maxRetries: 3}
+---
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {name: r-retry, namespace: apps}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r}]
+  default: {retryOn: ["502"]}
+"""
+
+
+def test_the_value_is_schema_v1_compact_with_sorted_keys() -> None:
+    store = store_of(CRDS, CLUSTER, SPEC_EXAMPLE_POLICIES)
+    value = summary.summarize(route("apps", "r"), store, Settings())
+    assert value == (
+        '{"policies":{"RetryPolicy.policies.example.com":{"contexts":[{'
+        '"effective":{"maxRetries":3,"retryOn":["502"]},'
+        '"paths":[["GatewayClass/acme","Gateway/infra/gw#https","HTTPRoute/apps/r"]],'
+        '"sources":{"/maxRetries":{"at":"Gateway/infra/gw","policy":"infra/gw-retry","stanza":"override"},'
+        '"/retryOn":{"at":"HTTPRoute/apps/r","policy":"apps/r-retry","stanza":"default"}}}],'
+        '"policies":["apps/r-retry","infra/gw-retry"]}},'
+        '"truncated":false,"version":1}'
+    )
+
+
+def test_no_policy_no_value() -> None:
+    assert summary.summarize(route("apps", "r"), store_of(CRDS, CLUSTER), Settings()) is None
+    assert summary.summarize(route("apps", "missing"), store_of(CRDS, CLUSTER), Settings()) is None
+
+
+def test_a_gateway_shows_itself_and_each_listener_a_policy_targets() -> None:
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        """
+        apiVersion: policies.example.com/v1alpha1
+        kind: ColorPolicy
+        metadata: {name: all, namespace: infra}
+        spec:
+          targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+          default: {color: red}
+        ---
+        apiVersion: policies.example.com/v1alpha1
+        kind: ColorPolicy
+        metadata: {name: tls, namespace: infra}
+        spec:
+          targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: https}]
+          default: {color: green}
+        """,
+    )
+    value = json.loads(summary.summarize(gateway("infra", "gw"), store, Settings()) or "")
+    contexts = value["policies"]["ColorPolicy.policies.example.com"]["contexts"]
+    assert [(c["paths"], c["effective"], c["sources"]["/color"]["at"]) for c in contexts] == [
+        ([["GatewayClass/acme", "Gateway/infra/gw"]], {"color": "red"}, "Gateway/infra/gw"),
+        (
+            [["GatewayClass/acme", "Gateway/infra/gw#https"]],
+            {"color": "green"},
+            "Gateway/infra/gw#https",
+        ),
+    ]
+
+
+MANY_LISTENERS = 12
+
+
+def _many_listeners(distinct: bool) -> Store:
+    """A route on every listener of a Gateway; with `distinct`, each listener its own colour."""
+    listeners = ", ".join(
+        f"{{name: l{i:02}, port: {8000 + i}, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}"
+        for i in range(MANY_LISTENERS)
+    )
+    text = f"""
+    apiVersion: gateway.networking.k8s.io/v1
+    kind: Gateway
+    metadata: {{name: wide, namespace: infra}}
+    spec: {{gatewayClassName: acme, listeners: [{listeners}]}}
+    ---
+    apiVersion: gateway.networking.k8s.io/v1
+    kind: HTTPRoute
+    metadata: {{name: everywhere, namespace: apps}}
+    spec: {{parentRefs: [{{name: wide, namespace: infra}}]}}
+    ---
+    apiVersion: policies.example.com/v1alpha1
+    kind: ColorPolicy
+    metadata: {{name: base, namespace: infra}}
+    spec:
+      targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: wide}}]
+      default: {{color: grey}}
+    """
+    if distinct:
+        for i in range(MANY_LISTENERS):
+            text += f"""
+    ---
+    apiVersion: policies.example.com/v1alpha1
+    kind: ColorPolicy
+    metadata: {{name: l{i:02}, namespace: infra}}
+    spec:
+      targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: wide, sectionName: l{i:02}}}]
+      default: {{color: c{i:02}}}
+    """
+    return store_of(CRDS, CLUSTER, text)
+
+
+def test_contexts_alike_in_effective_and_sources_are_one_entry_with_sorted_paths() -> None:
+    value = json.loads(
+        summary.summarize(route("apps", "everywhere"), _many_listeners(False), Settings()) or ""
+    )
+    (entry,) = value["policies"]["ColorPolicy.policies.example.com"]["contexts"]
+    assert entry["paths"] == [
+        ["GatewayClass/acme", f"Gateway/infra/wide#l{i:02}", "HTTPRoute/apps/everywhere"]
+        for i in range(MANY_LISTENERS)
+    ]
+    assert entry["effective"] == {"color": "grey"}
+
+
+def test_over_the_cap_sources_go_first() -> None:
+    store = _many_listeners(True)
+    full = summary.summarize(route("apps", "everywhere"), store, Settings()) or ""
+    cap = len(full.encode()) - 1
+    value = json.loads(
+        summary.summarize(route("apps", "everywhere"), store, Settings(annotation_max_bytes=cap))
+        or ""
+    )
+    assert value["truncated"] is True
+    contexts = value["policies"]["ColorPolicy.policies.example.com"]["contexts"]
+    assert len(contexts) == MANY_LISTENERS
+    assert all("sources" not in c for c in contexts)
+
+
+def test_then_contexts_go_and_policies_always_stay() -> None:
+    store = _many_listeners(True)
+    for cap in (1200, 700, 10):
+        text = (
+            summary.summarize(
+                route("apps", "everywhere"), store, Settings(annotation_max_bytes=cap)
+            )
+            or ""
+        )
+        value = json.loads(text)
+        kind = value["policies"]["ColorPolicy.policies.example.com"]
+        assert value["truncated"] is True
+        assert kind["policies"] == sorted(
+            ["infra/base", *(f"infra/l{i:02}" for i in range(MANY_LISTENERS))]
+        )
+        assert len(kind["contexts"]) < MANY_LISTENERS
+        if kind["contexts"]:
+            assert len(text.encode()) <= cap
+    tiny = json.loads(
+        summary.summarize(route("apps", "everywhere"), store, Settings(annotation_max_bytes=10))
+        or ""
+    )
+    assert tiny["policies"]["ColorPolicy.policies.example.com"]["contexts"] == []
+
+
+RICH = """
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {name: zz, namespace: infra, creationTimestamp: "2024-05-01T10:00:00Z"}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  override: {retryOn: ["501"]}
+  default: {perStatus: [{code: 503, maxRetries: 2}]}
+---
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {name: aa, namespace: infra, creationTimestamp: "2024-05-01T10:00:00Z"}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  override: {retryOn: ["502"]}
+  default: {perStatus: [{code: 503, backoff: 1s}, {code: 500, maxRetries: 1}]}
+---
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {name: section, namespace: infra}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: https}]
+  default: {maxRetries: 4, headers: {a: b}}
+---
+apiVersion: policies.example.com/v1alpha1
+kind: TimeoutPolicy
+metadata: {name: apps, namespace: apps}
+spec:
+  targetRefs: [{group: "", kind: Namespace, name: apps}]
+  default: {timeout: 10s}
+---
+apiVersion: policies.example.com/v1alpha1
+kind: TimeoutPolicy
+metadata: {name: foo, namespace: apps}
+spec:
+  targetRefs: [{group: "", kind: Service, name: foo}, {group: "", kind: Service, name: foo, sectionName: https}]
+  override: {timeout: 3s}
+---
+apiVersion: policies.example.com/v1alpha1
+kind: HealthCheckPolicy
+metadata: {name: hc-b, namespace: apps}
+spec:
+  targetRefs: [{group: "", kind: Service, name: foo}]
+  path: /b
+---
+apiVersion: policies.example.com/v1alpha1
+kind: HealthCheckPolicy
+metadata: {name: hc-a, namespace: apps}
+spec:
+  targetRefs: [{group: "", kind: Service, name: foo}]
+  path: /a
+"""
+EVERY_DOC = docs(CRDS) + docs(CLUSTER) + docs(RICH)
+OBSERVED = [
+    route("apps", "r"),
+    gateway("infra", "gw"),
+    service("apps", "foo"),
+    service("apps", "bar"),
+]
+
+
+def _values(order: list[dict[str, object]]) -> list[str | None]:
+    store = Store()
+    for doc in order:
+        store.upsert(doc)
+    return [summary.summarize(key, store, Settings()) for key in OBSERVED]
+
+
+REFERENCE = _values(EVERY_DOC)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.permutations(EVERY_DOC))
+def test_the_value_does_not_depend_on_load_order(order: list[dict[str, object]]) -> None:
+    assert _values(order) == REFERENCE
+
+
+def test_the_rich_scenario_is_not_trivial() -> None:
+    route_value = json.loads(REFERENCE[0] or "")
+    assert route_value["policies"]["RetryPolicy.policies.example.com"]["contexts"][0][
+        "effective"
+    ] == {
+        "retryOn": ["502"],
+        "maxRetries": 4,
+        "headers": {"a": "b"},
+        "perStatus": [
+            {"code": 500, "maxRetries": 1},
+            {"code": 503, "maxRetries": 2, "backoff": "1s"},
+        ],
+    }
+    foo = json.loads(REFERENCE[2] or "")
+    assert set(foo["policies"]) == {
+        "HealthCheckPolicy.policies.example.com",
+        "RetryPolicy.policies.example.com",
+        "TimeoutPolicy.policies.example.com",
+    }
+
+
+def test_the_value_assembled_from_pieces_is_the_value_dumped_whole() -> None:
+    """The cache replaces one kind's piece in place: assembling must give the same bytes as
+    dumping the whole value, and each span must hold exactly its kind's piece."""
+    store = Store()
+    for doc in EVERY_DOC:
+        store.upsert(doc)
+    for key in OBSERVED:
+        results = effective.compute(key, store, with_losers=False)
+        pieces = summary.pieces_of(results)
+        value, spans = summary.assemble(pieces)
+        assert value == summary.dump(summary.summary_value(results))
+        assert len(pieces) > 0 and summary.pieces_in(value or "", spans) == pieces
+    assert summary.assemble({}) == (None, {})

@@ -1,0 +1,418 @@
+"""SPEC §1.7 in the engine: `targetSelectors` as targets, and merge selectors (`strategy`,
+`mergeType`) deciding how stanzas meet — never shown or merged as settings.
+
+The cluster is `tests.fixtures.engine.CLUSTER` (GatewayClass acme → Gateway infra/gw → HTTPRoute
+apps/r on `https` → Services apps/foo and apps/bar), plus labelled routes where a test needs
+them.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.fixtures.engine import (
+    CLUSTER,
+    CRDS,
+    by_path,
+    docs,
+    gateway,
+    policy,
+    route,
+    service,
+    store_of,
+)
+from tests.fixtures.paths import REALWORLD
+from webhook.core.admission import validation as admission
+from webhook.core.admission.reviews import Request
+from webhook.core.annotation import dependencies, summary
+from webhook.core.engine import effective
+from webhook.core.model.refs import ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import Store
+
+T0, T1 = "2024-05-01T10:00:00Z", "2024-05-01T10:00:01Z"
+
+
+def labelled_route(name: str, labels: dict[str, str]) -> str:
+    return f"""
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: apps, labels: {labels}}}
+spec:
+  parentRefs: [{{name: gw, namespace: infra, sectionName: https}}]
+  rules: [{{backendRefs: [{{name: foo, port: 80}}]}}]
+"""
+
+
+def selecting(name: str, labels: str, body: str, *, ns: str = "apps") -> str:
+    return f"""
+---
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {{name: {name}, namespace: {ns}, creationTimestamp: '{T0}'}}
+spec:
+  targetSelectors: [{{kind: HTTPRoute, matchLabels: {labels}}}]
+{textwrap.indent(textwrap.dedent(body).strip(), "  ")}
+"""
+
+
+def retry_value(store: Store, key: ObjectKey) -> object:
+    found = by_path(store, key, "RetryPolicy")
+    return next(iter(found.values())) if found else None
+
+
+# --- targetSelectors ---------------------------------------------------------------------------
+
+
+def test_a_selector_attaches_the_policy_to_every_matching_route_of_its_namespace() -> None:
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        labelled_route("shop", {"app": "shop"}),
+        labelled_route("blog", {"app": "blog"}),
+        selecting("p", "{app: shop}", "default: {maxRetries: 2}"),
+    )
+    assert retry_value(store, route("apps", "shop")) == {"maxRetries": 2}
+    assert retry_value(store, route("apps", "blog")) is None
+    assert retry_value(store, route("apps", "r")) is None  # unlabelled
+
+
+def test_what_a_selector_reaches_is_inherited_below_the_route() -> None:
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        labelled_route("shop", {"app": "shop"}),
+        selecting("p", "{app: shop}", "default: {maxRetries: 2}"),
+    )
+    found = by_path(store, service("apps", "foo"), "RetryPolicy")
+    via_shop = ("GatewayClass/acme", "Gateway/infra/gw#https", "HTTPRoute/apps/shop")
+    assert found[(*via_shop, "Service/apps/foo#http")] == {"maxRetries": 2}
+    via_r = ("GatewayClass/acme", "Gateway/infra/gw#https", "HTTPRoute/apps/r")
+    assert found[(*via_r, "Service/apps/foo#http")] == {}  # that route is not selected
+
+
+def test_a_selector_never_reaches_another_namespace() -> None:
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        labelled_route("shop", {"app": "shop"}),
+        selecting("p", "{app: shop}", "default: {maxRetries: 2}", ns="infra"),
+    )
+    assert retry_value(store, route("apps", "shop")) is None
+
+
+def test_relabelling_a_route_moves_the_policy_with_the_label() -> None:
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        labelled_route("shop", {"app": "blog"}),
+        selecting("p", "{app: shop}", "default: {maxRetries: 2}"),
+    )
+    key = route("apps", "shop")
+    assert retry_value(store, key) is None
+    (relabelled,) = docs(labelled_route("shop", {"app": "shop"}))
+    before = OverlayView(store, upserts=[store.get(key) or {}])
+    old = store.get(key)
+    store.upsert(relabelled)
+    assert retry_value(store, key) == {"maxRetries": 2}
+    affected = dependencies.affected_by_change(key, old, relabelled, before=before, after=store)
+    assert {key, service("apps", "foo")} <= affected
+
+
+def test_match_expressions_select_too() -> None:
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        labelled_route("shop", {"tier": "gold"}),
+        """
+---
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {name: p, namespace: apps}
+spec:
+  targetSelectors:
+  - kind: HTTPRoute
+    matchExpressions: [{key: tier, operator: In, values: [gold, silver]}]
+  default: {maxRetries: 5}
+""",
+    )
+    assert retry_value(store, route("apps", "shop")) == {"maxRetries": 5}
+    assert retry_value(store, route("apps", "r")) is None
+
+
+def mutate_review(obj: dict[str, object]) -> Request:
+    return Request(  # type: ignore[typeddict-item]
+        uid="u",
+        kind={"group": "gateway.networking.k8s.io", "version": "v1", "kind": "HTTPRoute"},
+        resource={"group": "gateway.networking.k8s.io", "version": "v1", "resource": "httproutes"},
+        operation="UPDATE",
+        name="shop",
+        namespace="apps",
+        object=obj,
+    )
+
+
+def test_a_route_submitted_with_a_new_label_is_annotated_for_its_new_label() -> None:
+    """SPEC §3.1: the annotation is computed from the object as submitted, labels included."""
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        labelled_route("shop", {"app": "blog"}),
+        selecting("p", "{app: shop}", "default: {maxRetries: 2}"),
+    )
+    (submitted,) = docs(labelled_route("shop", {"app": "shop"}))
+    ops = admission.mutate(mutate_review(submitted), view=store, settings=Settings())
+    (op,) = ops
+    assert '"maxRetries":2' in str(op["value"])
+    assert '"policies":["apps/p"]' in str(op["value"])
+    stored = store.get(route("apps", "shop"))
+    assert stored is not None and stored["metadata"]["labels"] == {"app": "blog"}  # untouched
+
+
+def test_the_impact_preview_names_the_selected_routes() -> None:
+    store = store_of(CRDS, CLUSTER, labelled_route("shop", {"app": "shop"}))
+    (policy,) = docs(selecting("p", "{app: shop}", "default: {maxRetries: 2}"))
+    verdict = admission.check_policy(
+        policy, ObjectKey("policies.example.com", "RetryPolicy", "apps", "p").group_kind,
+        view=store, settings=Settings(),
+    )  # fmt: skip
+    (line,) = verdict.warning_lines()
+    assert line.startswith("[PA-C04] changes maxRetries on 1 HTTPRoute, 1 Service")
+    assert "HTTPRoute/apps/shop" in line and "unset→2" in line
+
+
+def test_two_selectors_picking_one_route_conflict_like_two_refs() -> None:
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        labelled_route("shop", {"app": "shop"}),
+        selecting("first", "{app: shop}", "default: {maxRetries: 2}"),
+    )
+    (second,) = docs(selecting("second", "{app: shop}", "default: {maxRetries: 3}"))
+    second["metadata"]["creationTimestamp"] = T1
+    gk = ObjectKey("policies.example.com", "RetryPolicy", "apps", "second").group_kind
+    verdict = admission.check_policy(second, gk, view=store, settings=Settings())
+    (line,) = [w for w in verdict.warning_lines() if w.startswith("[PA-C01]")]
+    assert "spec.targetSelectors[0]" in line and "apps/first" in line and "maxRetries" in line
+
+
+# --- merge selectors: `strategy` inside a stanza -----------------------------------------------
+
+
+def retry(name: str, target: str, body: str) -> str:
+    return "---\n" + policy(name, target, body, created=T0)
+
+
+STRATEGY_RULES = [
+    pytest.param(
+        [
+            retry("gw", "Gateway/gw", "default: {strategy: atomic, maxRetries: 1, retryOn: ['501']}"),
+            retry("rt", "HTTPRoute/r", "default: {retryOn: ['504']}"),
+        ],
+        {"retryOn": ["504"]},
+        id="an_atomic_default_is_skipped_where_something_more_specific_is_set",
+    ),
+    pytest.param(
+        [retry("gw", "Gateway/gw", "default: {strategy: atomic, maxRetries: 1, retryOn: ['501']}")],
+        {"maxRetries": 1, "retryOn": ["501"]},
+        id="an_atomic_default_applies_whole_where_nothing_is_set",
+    ),
+    pytest.param(
+        [
+            retry("gw", "Gateway/gw", "default: {strategy: merge, maxRetries: 1, retryOn: ['501']}"),
+            retry("rt", "HTTPRoute/r", "default: {strategy: atomic, retryOn: ['504']}"),
+        ],
+        {"maxRetries": 1, "retryOn": ["504"]},
+        id="a_less_specific_merge_default_fills_what_an_atomic_one_left_unset",
+    ),
+    pytest.param(
+        [
+            retry("cls", "GatewayClass/acme", "default: {strategy: atomic, maxRetries: 9}"),
+            retry("rt", "HTTPRoute/r", "default: {strategy: atomic, retryOn: ['504']}"),
+        ],
+        {"retryOn": ["504"]},
+        id="a_less_specific_atomic_default_is_skipped_after_an_atomic_one_applied",
+    ),
+    pytest.param(
+        [
+            retry("gw", "Gateway/gw", "override: {strategy: atomic, maxRetries: 1}"),
+            retry("rt", "HTTPRoute/r", "default: {retryOn: ['504']}\noverride: {backoff: {baseInterval: 1s}}"),
+        ],
+        {"maxRetries": 1},
+        id="an_atomic_override_leaves_everything_more_specific_unset",
+    ),
+    pytest.param(
+        [
+            retry("cls", "GatewayClass/acme", "override: {strategy: merge, retryOn: ['500']}"),
+            retry("gw", "Gateway/gw", "override: {strategy: atomic, maxRetries: 1, retryOn: ['501']}"),
+            retry("rt", "HTTPRoute/r", "default: {backoff: {baseInterval: 1s}}"),
+        ],
+        {"maxRetries": 1, "retryOn": ["500"]},
+        id="an_atomic_override_claims_what_less_specific_overrides_left",
+    ),
+    pytest.param(
+        [
+            retry("gw", "Gateway/gw", "override: {strategy: merge, maxRetries: 1}"),
+            retry("rt", "HTTPRoute/r", "default: {maxRetries: 7, retryOn: ['504']}"),
+        ],
+        {"maxRetries": 1, "retryOn": ["504"]},
+        id="a_merge_override_is_the_field_by_field_override_of_5_2",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("policies", "expected"), STRATEGY_RULES)
+def test_stanza_strategy(policies: list[str], expected: object) -> None:
+    store = store_of(CRDS, CLUSTER, *policies)
+    assert retry_value(store, route("apps", "r")) == expected
+
+
+def test_a_skipped_atomic_default_is_a_loser_named_with_why() -> None:
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        retry("gw", "Gateway/gw", "default: {strategy: atomic, maxRetries: 1}"),
+        retry("rt", "HTTPRoute/r", "default: {retryOn: ['504']}"),
+    )
+    (result,) = effective.compute(route("apps", "r"), store)
+    (context,) = result.contexts
+    (loser,) = context.losers
+    assert (loser.policy, loser.field) == ("infra/gw", "*")
+    assert "atomic: skipped whole" in loser.reason and loser.by is not None
+
+
+def test_a_merge_selector_is_never_a_setting_in_the_annotation() -> None:
+    store = store_of(
+        CRDS, CLUSTER, retry("gw", "Gateway/gw", "default: {strategy: atomic, maxRetries: 1}")
+    )
+    value = summary.summarize(route("apps", "r"), store, Settings())
+    assert value is not None and "strategy" not in value and '"/maxRetries"' in value
+
+
+def test_a_setting_named_strategy_stays_a_setting_for_a_kind_without_the_selector() -> None:
+    store = store_of(CRDS, CLUSTER, retry("gw", "Gateway/gw", "default: {strategy: RoundRobin}"))
+    assert retry_value(store, gateway("infra", "gw")) == {"strategy": "RoundRobin"}
+
+
+# --- catalog kinds: Envoy Gateway's `mergeType`, Kuadrant's atomic default ------------------
+
+VENDOR_CRDS = REALWORLD / "crds"
+
+
+def vendor_crds(name: str) -> str:
+    return (VENDOR_CRDS / f"{name}.yaml").read_text(encoding="utf-8")
+
+
+def btp(name: str, target: str, body: str) -> str:
+    return "---\n" + policy(
+        name,
+        target,
+        body,
+        kind="BackendTrafficPolicy",
+        api_version="gateway.envoyproxy.io/v1alpha1",
+        created=T0,
+    )
+
+
+GATEWAY_BTP = btp(
+    "gw", "Gateway/gw", "timeout: {http: {requestTimeout: 10s}}\nretry: {numRetries: 3}"
+)
+
+
+def btp_value(store: Store) -> object:
+    found = by_path(store, route("apps", "r"), "BackendTrafficPolicy")
+    return next(iter(found.values())) if found else None
+
+
+def test_envoy_gateway_the_more_specific_policy_replaces_the_gateways_whole() -> None:
+    store = store_of(
+        vendor_crds("envoy-gateway"),
+        CLUSTER,
+        GATEWAY_BTP,
+        btp("rt", "HTTPRoute/r", "retry: {numRetries: 5}"),
+    )
+    assert btp_value(store) == {"retry": {"numRetries": 5}}
+
+
+def test_envoy_gateway_merge_type_merges_the_route_policy_onto_the_gateways() -> None:
+    store = store_of(
+        vendor_crds("envoy-gateway"),
+        CLUSTER,
+        GATEWAY_BTP,
+        btp("rt", "HTTPRoute/r", "mergeType: StrategicMerge\nretry: {numRetries: 5}"),
+    )
+    assert btp_value(store) == {
+        "retry": {"numRetries": 5},
+        "timeout": {"http": {"requestTimeout": "10s"}},
+    }
+    value = summary.summarize(route("apps", "r"), store, Settings())
+    assert value is not None and "mergeType" not in value
+
+
+def test_envoy_gateway_merge_type_on_the_less_specific_policy_changes_nothing() -> None:
+    store = store_of(
+        vendor_crds("envoy-gateway"),
+        CLUSTER,
+        btp(
+            "gw", "Gateway/gw", "mergeType: StrategicMerge\ntimeout: {http: {requestTimeout: 10s}}"
+        ),
+        btp("rt", "HTTPRoute/r", "retry: {numRetries: 5}"),
+    )
+    assert btp_value(store) == {"retry": {"numRetries": 5}}
+
+
+def rlp(name: str, target: str, body: str) -> str:
+    return "---\n" + policy(
+        name,
+        target,
+        body,
+        kind="RateLimitPolicy",
+        api_version="kuadrant.io/v1",
+        created=T0,
+        single_ref=True,
+    )
+
+
+def rlp_value(store: Store) -> object:
+    found = by_path(store, route("apps", "r"), "RateLimitPolicy")
+    return next(iter(found.values())) if found else None
+
+
+ROUTE_LIMITS = {"limits": {"route": {"rates": [{"limit": 5, "window": "1m"}]}}}
+
+
+@pytest.mark.parametrize(
+    ("gateway_stanza", "expected"),
+    [
+        ("defaults: {limits: {global: {rates: [{limit: 100, window: 1m}]}}}", ROUTE_LIMITS),
+        (
+            "defaults: {strategy: atomic, limits: {global: {rates: [{limit: 100, window: 1m}]}}}",
+            ROUTE_LIMITS,
+        ),
+    ],
+)
+def test_kuadrant_defaults_are_atomic_unless_they_say_merge(
+    gateway_stanza: str, expected: object
+) -> None:
+    store = store_of(
+        vendor_crds("kuadrant"),
+        CLUSTER,
+        rlp("gw", "Gateway/gw", gateway_stanza),
+        rlp("rt", "HTTPRoute/r", "limits: {route: {rates: [{limit: 5, window: 1m}]}}"),
+    )
+    assert rlp_value(store) == expected
+
+
+def test_kuadrant_merge_defaults_fill_what_the_route_leaves() -> None:
+    store = store_of(
+        vendor_crds("kuadrant"),
+        CLUSTER,
+        rlp("gw", "Gateway/gw", "defaults: {strategy: merge, limits: {global: {rates: [{limit: 100, window: 1m}]}}}"),
+        rlp("rt", "HTTPRoute/r", "limits: {route: {rates: [{limit: 5, window: 1m}]}}"),
+    )  # fmt: skip
+    value = rlp_value(store)
+    assert isinstance(value, dict) and set(value["limits"]) == {"global", "route"}

@@ -1,0 +1,489 @@
+"""Every rule of SPEC §2.1/§2.2 (and PA-K01, PA-S00): a case that fires it and a near miss.
+
+Each case is a policy as a user writes it, admitted against the shared example cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.fixtures.paths import REALWORLD
+from tests.fixtures.yaml_state import CLUSTER, POLICY_CRDS, config_of, one, store_of
+from webhook.core.admission import validation as admission
+from webhook.core.model.refs import GroupKind, key_of
+from webhook.core.model.settings import Settings
+from webhook.core.rules.findings import Verdict
+from webhook.core.rules.ruletable import RULES
+from webhook.core.state.store import Store
+
+
+def admit(store: Store, text: str, settings: Settings | None = None) -> Verdict:
+    obj = one(text)
+    key = key_of(obj)
+    assert key is not None
+    return admission.check_policy(
+        obj, GroupKind(key.group, key.kind), view=store, settings=settings or Settings()
+    )
+
+
+def fired(verdict: Verdict) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for judged in verdict.judged:
+        out.setdefault(judged.finding.rule_id, []).append(judged.finding.field)
+    return out
+
+
+def retry(spec: str, namespace: str = "apps", name: str = "p") -> str:
+    return f"""
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+{spec}
+"""
+
+
+def health(spec: str) -> str:
+    return f"""
+apiVersion: policies.example.com/v1alpha1
+kind: HealthCheckPolicy
+metadata: {{name: h, namespace: apps}}
+spec:
+{spec}
+"""
+
+
+ROUTE = "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}]\n"
+SVC = "  targetRefs: [{group: '', kind: Service, name: foo}]\n"
+
+# (rule, expected field, policy that fires it, near miss that must not)
+CASES: list[tuple[str, str, str, str]] = [
+    ("PA-S01", "spec.targetRef",
+     retry("  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}\n" + ROUTE + "  default: {maxRetries: 1}"),
+     retry("  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}\n  default: {maxRetries: 1}")),
+    ("PA-S02", "spec.targetRefs", retry("  targetRefs: []\n  default: {maxRetries: 1}"), retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-S03", "spec.targetRefs",
+     retry("  targetRefs:\n" + "".join(f"  - {{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r{i}}}\n" for i in range(17)) + "  default: {maxRetries: 1}"),
+     retry("  targetRefs:\n" + "".join(f"  - {{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r{i}}}\n" for i in range(16)) + "  default: {maxRetries: 1}")),
+    ("PA-S04", "spec.targetRefs[0].kind",
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: Http Route, name: storefront}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-S04", "spec.targetRefs[0].group",
+     retry("  targetRefs: [{group: gateway.networking.k8s.io/v1, kind: HTTPRoute, name: storefront}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-S04", "spec.targetRefs[0].group",
+     retry("  targetRefs: [{kind: HTTPRoute, name: storefront}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-S05", "spec.targetRefs[1]",
+     retry("  targetRefs:\n  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, namespace: infra}\n"
+           "  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, namespace: infra}\n  default: {maxRetries: 1}", namespace="infra"),
+     retry("  targetRefs:\n  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: http}\n"
+           "  - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: https}\n  default: {maxRetries: 1}", namespace="infra")),
+    ("PA-S06", "spec.default", health(SVC + "  default: {path: /healthz}"), health(SVC + "  path: /healthz")),
+    ("PA-S07", "spec", retry(ROUTE + "  default: {maxRetries: 1}\n  defaults: {retryOn: ['502']}"),
+     retry(ROUTE + "  defaults: {maxRetries: 1}\n  overrides: {retryOn: ['502']}")),
+    ("PA-S08", "spec.override", retry(ROUTE + "  override: 3"), retry(ROUTE + "  override: {maxRetries: 3}")),
+    ("PA-S09", "spec.maxRetries", retry(ROUTE + "  maxRetries: 2\n  default: {retryOn: ['502']}"), retry(ROUTE + "  default: {maxRetries: 2, retryOn: ['502']}")),
+    ("PA-S10", "spec.default", retry(ROUTE + "  default: {}"), retry(ROUTE + "  default: {maxRetries: 0}")),
+    ("PA-S10", "spec", retry(ROUTE.rstrip()), retry(ROUTE + "  maxRetries: 2")),
+    ("PA-S11", "spec.default.maxRetries", retry(ROUTE + "  default: {maxRetries: 1}\n  override: {maxRetries: 2}"),
+     retry(ROUTE + "  default: {maxRetries: 1}\n  override: {retryOn: ['502']}")),
+    ("PA-S11", "spec.default.backoff.baseInterval",
+     retry(ROUTE + "  default: {backoff: {baseInterval: 1s}}\n  override: {backoff: {baseInterval: 2s}}"),
+     retry(ROUTE + "  default: {backoff: {baseInterval: 1s}}\n  override: {backoff: {maxInterval: 2s}}")),
+    ("PA-T01", "spec.targetRefs[0].kind", retry("  targetRefs: [{group: '', kind: ConfigMap, name: x}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-T02", "spec.targetRefs",
+     health("  targetRefs:\n  - {group: '', kind: Service, name: foo}\n  - {group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}\n  path: /"),
+     health("  targetRefs:\n  - {group: '', kind: Service, name: foo}\n  - {group: '', kind: Service, name: foo, sectionName: https}\n  path: /")),
+    ("PA-T03", "spec.targetRefs[0].namespace",
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront, namespace: apps}]\n  default: {maxRetries: 1}", namespace="shop"),
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront, namespace: apps}]\n  default: {maxRetries: 1}", namespace="infra")),
+    ("PA-T04", "spec.targetRefs[0].name", retry("  targetRefs: [{group: '', kind: Namespace, name: infra}]\n  default: {maxRetries: 1}"),
+     retry("  targetRefs: [{group: '', kind: Namespace, name: apps}]\n  default: {maxRetries: 1}")),
+    ("PA-T10", "spec.targetRefs[0].kind", retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: GatewayClass, name: acme}]\n  default: {maxRetries: 1}"),
+     """
+apiVersion: policies.example.com/v1alpha1
+kind: ConnectionLimitPolicy
+metadata: {name: limits}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: GatewayClass, name: acme}]
+  override: {maxConnections: 100}
+"""),
+    ("PA-T05", "spec.targetRefs[0].sectionName", retry("  targetRefs: [{group: '', kind: Namespace, name: apps, sectionName: x}]\n  default: {maxRetries: 1}"),
+     retry("  targetRefs: [{group: '', kind: Service, name: foo, sectionName: http}]\n  default: {maxRetries: 1}")),
+    ("PA-T06", "spec.targetRefs[0]", retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-T07", "spec.targetRefs[0].sectionName",
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: grpc}]\n  default: {maxRetries: 1}", namespace="infra"),
+     retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: https}]\n  default: {maxRetries: 1}", namespace="infra")),
+    ("PA-T09", "spec.targetRefs[0].kind", retry("  targetRefs: [{group: gateway.networking.k8s.io, kind: httproute, name: storefront}]\n  default: {maxRetries: 1}"),
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+    ("PA-K01", "",
+     """
+apiVersion: vendor.example.org/v1
+kind: MysteryPolicy
+metadata: {name: m, namespace: apps}
+spec:
+  targetRefs: [{group: '', kind: Service, name: foo}]
+  default: {x: 1}
+""",
+     retry(ROUTE + "  default: {maxRetries: 1}")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rule", "field", "bad", "near_miss"), CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES]
+)
+def test_rule_fires_on_its_case_and_not_on_the_near_miss(
+    cluster: Store, rule: str, field: str, bad: str, near_miss: str
+) -> None:
+    assert field in fired(admit(cluster, bad)).get(rule, []), fired(admit(cluster, bad))
+    assert rule not in fired(admit(cluster, near_miss)), fired(admit(cluster, near_miss))
+
+
+def test_every_rule_of_the_table_is_covered_by_a_case_or_a_dedicated_test() -> None:
+    covered = {case[0] for case in CASES} | DEDICATED
+    assert {rule.id for rule in RULES if not rule.id.startswith("PA-C")} <= covered
+
+
+DEDICATED = {"PA-S00", "PA-S12", "PA-S13", "PA-S14", "PA-S15", "PA-T08"}
+
+
+def test_unreadable_spec_is_denied_not_a_crash(cluster: Store) -> None:
+    verdict = admit(
+        cluster,
+        "apiVersion: policies.example.com/v1alpha1\nkind: RetryPolicy\nmetadata: {name: p, namespace: apps}\nspec: just a string\n",
+    )
+    assert not verdict.allowed
+    assert fired(verdict) == {"PA-S00": ["spec"]}
+
+
+PROFILE = """
+kinds:
+- group: policies.example.com
+  kind: RetryPolicy
+  exclusiveStanzas: true
+  wrapperSpelling: plural
+  overridesForbiddenOn: [{group: gateway.networking.k8s.io, kind: HTTPRoute}]
+"""
+
+
+def test_exclusive_stanzas_profile_denies_default_with_override() -> None:
+    store = store_of(POLICY_CRDS, CLUSTER, config=config_of(PROFILE))
+    both = retry(ROUTE.replace("HTTPRoute, name: storefront", "Gateway, name: gw, namespace: infra")
+                 + "  defaults: {maxRetries: 1}\n  overrides: {retryOn: ['502']}")  # fmt: skip
+    assert "PA-S12" in fired(admit(store, both))
+    assert "PA-S12" not in fired(admit(store, retry(ROUTE + "  defaults: {maxRetries: 1}")))
+
+
+def test_override_on_a_kind_the_profile_forbids_is_denied() -> None:
+    store = store_of(POLICY_CRDS, CLUSTER, config=config_of(PROFILE))
+    assert "PA-S13" in fired(admit(store, retry(ROUTE + "  overrides: {maxRetries: 1}")))
+    assert "PA-S13" not in fired(admit(store, retry(ROUTE + "  defaults: {maxRetries: 1}")))
+
+
+def test_wrapper_spelling_the_operator_config_sets_is_denied() -> None:
+    store = store_of(POLICY_CRDS, CLUSTER, config=config_of(PROFILE))
+    verdict = admit(store, retry(ROUTE + "  default: {maxRetries: 1}"))
+    assert fired(verdict)["PA-S15"] == ["spec"]
+    assert not verdict.allowed
+    assert "PA-S15" not in fired(admit(store, retry(ROUTE + "  defaults: {maxRetries: 1}")))
+
+
+VENDOR_CRDS = REALWORLD / "crds"
+KUADRANT_LIKE = (VENDOR_CRDS / "kuadrant.yaml").read_text(encoding="utf-8")
+NGF_LIKE = (VENDOR_CRDS / "nginx-gateway-fabric.yaml").read_text(encoding="utf-8")
+
+
+def rate_limit(spec: str) -> str:
+    return f"""
+apiVersion: kuadrant.io/v1
+kind: RateLimitPolicy
+metadata: {{name: rl, namespace: apps}}
+spec:
+{spec}
+"""
+
+
+def test_a_catalog_spelling_is_only_warned_about() -> None:
+    """SPEC §1.6: a catalog entry never turns a WARN into a DENY."""
+    store = store_of(KUADRANT_LIKE, CLUSTER)
+    verdict = admit(store, rate_limit(ROUTE + "  default: {limits: {a: {rates: [{limit: 1}]}}}"))
+    assert verdict.allowed
+    assert fired(verdict) == {"PA-S15": ["spec"]}
+
+
+@pytest.mark.parametrize("value", ["sometimes", "Atomic", 3])
+def test_an_unknown_merge_strategy_is_denied_where_the_kind_has_one(value: object) -> None:
+    store = store_of(KUADRANT_LIKE, CLUSTER)
+    bad = rate_limit(ROUTE + f"  defaults: {{strategy: {value}, limits: {{a: {{}}}}}}")
+    verdict = admit(store, bad)
+    assert fired(verdict)["PA-S14"] == ["spec.defaults.strategy"]
+    assert not verdict.allowed
+    good = rate_limit(ROUTE + "  defaults: {strategy: merge, limits: {a: {}}}")
+    assert "PA-S14" not in fired(admit(store, good))
+
+
+def test_a_stanza_holding_only_a_merge_selector_has_nothing_to_apply() -> None:
+    store = store_of(KUADRANT_LIKE, CLUSTER)
+    verdict = admit(store, rate_limit(ROUTE + "  defaults: {strategy: atomic}"))
+    assert fired(verdict) == {"PA-S10": ["spec.defaults"]}
+    assert "merge selector" in verdict.denials[0].message
+
+
+def test_a_merge_selector_is_no_setting_for_pa_s11() -> None:
+    store = store_of(KUADRANT_LIKE, CLUSTER)
+    both = rate_limit(
+        ROUTE.replace("HTTPRoute, name: storefront", "Gateway, name: gw, namespace: infra")
+        + "  defaults: {strategy: atomic, limits: {a: {}}}\n"
+        + "  overrides: {strategy: merge, limits: {b: {}}}"
+    )
+    assert "PA-S11" not in fired(admit(store, both))
+
+
+def test_strategy_of_a_kind_without_a_selector_is_a_setting_unless_a_strategy() -> None:
+    """docs/decisions.md: no false denial for a kind whose stanzas hold a real `strategy`."""
+    lb = admit(cluster_store(), retry(ROUTE + "  default: {strategy: RoundRobin}"))
+    assert lb.allowed and "PA-S14" not in fired(lb) and "PA-S10" not in fired(lb)
+    only = admit(cluster_store(), retry(ROUTE + "  default: {strategy: atomic}"))
+    assert fired(only) == {"PA-S10": ["spec.default"]}
+
+
+def cluster_store() -> Store:
+    return store_of(POLICY_CRDS, CLUSTER)
+
+
+@pytest.mark.parametrize(
+    ("ref", "hint"),
+    [
+        ("{kind: HTTPRoute, name: storefront}", '"gateway.networking.k8s.io"'),
+        ("{kind: Gateway, name: gw}", '"gateway.networking.k8s.io"'),
+        ("{kind: Service, name: foo}", '"", the core group'),
+        ("{kind: Backend, name: b}", '"" for the core group, e.g. Service;'),
+    ],
+)
+def test_a_missing_group_hint_names_the_group_of_the_kind(ref: str, hint: str) -> None:
+    verdict = admit(cluster_store(), retry(f"  targetRefs: [{ref}]\n  default: {{maxRetries: 1}}"))
+    (finding,) = [j.finding for j in verdict.judged if j.finding.field.endswith(".group")]
+    assert finding.rule_id == "PA-S04" and hint in finding.message
+
+
+@pytest.mark.parametrize("group", ["core", ""])
+def test_core_names_the_core_group_in_a_target(group: str) -> None:
+    """SPEC §1.4: `group: core` (NGINX Gateway Fabric's spelling) is the core group."""
+    verdict = admit(
+        cluster_store(),
+        retry(
+            f"  targetRefs: [{{group: {group!r}, kind: Service, name: foo}}]\n  default: {{maxRetries: 1}}"
+        ),
+    )
+    # No target rule speaks; the impact preview shows the policy reaching the Service.
+    assert verdict.warning_lines() == [
+        "[PA-C04] changes maxRetries on 1 Service (apps/foo unset→1)"
+    ]
+
+
+def test_core_in_a_grant_admits_a_core_target() -> None:
+    grant = """
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: svc, namespace: apps}
+spec:
+  from: [{group: policies.example.com, kind: RetryPolicy, namespace: infra}]
+  to: [{group: core, kind: Service}]
+"""
+    store = store_of(POLICY_CRDS, CLUSTER, grant)
+    far = retry(
+        "  targetRefs: [{group: core, kind: Service, name: foo, namespace: apps}]\n  default: {maxRetries: 1}",
+        namespace="infra",
+    )
+    verdict = admit(store, far)
+    assert verdict.allowed and not set(fired(verdict)) - {"PA-C04"}, fired(verdict)
+
+
+def test_a_target_kind_outside_the_configured_list_is_denied() -> None:
+    config = config_of(
+        "kinds:\n- group: policies.example.com\n  kind: RetryPolicy\n"
+        "  targets: [{group: gateway.networking.k8s.io, kind: HTTPRoute}]\n"
+    )
+    store = store_of(POLICY_CRDS, CLUSTER, config=config)
+    verdict = admit(store, retry(SVC + "  default: {maxRetries: 1}"))
+    assert not verdict.allowed
+    assert "cannot target Service; allowed: HTTPRoute" in verdict.denials[0].message
+
+
+def test_a_target_kind_outside_the_default_list_is_only_warned_about(cluster: Store) -> None:
+    verdict = admit(
+        cluster,
+        retry("  targetRefs: [{group: '', kind: ConfigMap, name: x}]\n  default: {maxRetries: 1}"),
+    )
+    assert verdict.allowed
+    (warning,) = verdict.warnings
+    assert warning.rule_id == "PA-T01" and "effect not shown" in warning.message
+    assert "(known: the Gateway API kinds, Service and Namespace (SPEC 1.4))" in warning.message
+
+
+SELECTOR = "  targetSelectors: [{kind: HTTPRoute, matchLabels: {app: shop}}]\n"
+
+
+def labelled_route(labels: str) -> str:
+    return f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: checkout, namespace: apps, labels: {labels}}}
+spec:
+  parentRefs: [{{name: gw, namespace: infra}}]
+"""
+
+
+def test_target_selectors_alone_are_a_target() -> None:
+    store = store_of(POLICY_CRDS, CLUSTER, labelled_route("{app: shop}"))
+    verdict = admit(store, retry(SELECTOR + "  default: {maxRetries: 1}"))
+    assert verdict.allowed and fired(verdict) == {}
+
+
+def test_target_selectors_matching_nothing_warn_like_a_missing_target() -> None:
+    store = store_of(POLICY_CRDS, CLUSTER, labelled_route("{app: other}"))
+    verdict = admit(store, retry(SELECTOR + "  default: {maxRetries: 1}"))
+    assert verdict.allowed and fired(verdict) == {"PA-T06": ["spec.targetSelectors[0]"]}
+
+
+def test_empty_target_selectors_are_no_target(cluster: Store) -> None:
+    verdict = admit(cluster, retry("  targetSelectors: []\n  default: {maxRetries: 1}"))
+    assert fired(verdict) == {"PA-S02": ["spec.targetRefs"]}
+
+
+@pytest.mark.parametrize(
+    ("selectors", "field"),
+    [
+        ("[{matchLabels: {app: shop}}]", "spec.targetSelectors[0].kind"),
+        ("[{kind: HTTPRoute, matchLabels: {app: 3}}]", "spec.targetSelectors[0].matchLabels"),
+        (
+            "[{kind: HTTPRoute, group: gateway.networking.k8s.io/v1}]",
+            "spec.targetSelectors[0].group",
+        ),
+        ("{kind: HTTPRoute}", "spec.targetSelectors"),
+        ("[oops]", "spec.targetSelectors[0]"),
+    ],
+)
+def test_malformed_target_selectors_are_pa_s04(cluster: Store, selectors: str, field: str) -> None:
+    verdict = admit(cluster, retry(f"  targetSelectors: {selectors}\n  default: {{maxRetries: 1}}"))
+    assert field in fired(verdict).get("PA-S04", []), fired(verdict)
+
+
+def test_target_being_deleted_warns(cluster: Store) -> None:
+    route = dict(
+        cluster.get(
+            next(k for k in cluster.keys(GroupKind("gateway.networking.k8s.io", "HTTPRoute")))
+        )
+        or {}
+    )
+    route["metadata"] = {**route["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    cluster.upsert(route)
+    verdict = admit(cluster, retry(ROUTE + "  default: {maxRetries: 1}"))
+    assert verdict.allowed
+    assert fired(verdict) == {"PA-T08": ["spec.targetRefs[0]"]}
+    cluster.upsert(
+        {
+            **route,
+            "metadata": {k: v for k, v in route["metadata"].items() if k != "deletionTimestamp"},
+        }
+    )
+    assert "PA-T08" not in fired(admit(cluster, retry(ROUTE + "  default: {maxRetries: 1}")))
+
+
+def test_every_violation_is_reported_not_just_the_first(cluster: Store) -> None:
+    verdict = admit(cluster, retry(
+        "  targetRef: {group: gateway.networking.k8s.io/v1, kind: HTTPRoute, name: storefront}\n"
+        "  targetRefs: [{group: '', kind: ConfigMap, name: x}]\n"
+        "  default: {maxRetries: 1}\n  defaults: {retryOn: ['502']}\n  maxRetries: 4"))  # fmt: skip
+    assert {"PA-S01", "PA-S04", "PA-S07", "PA-S09", "PA-T01"} <= set(fired(verdict))
+    assert {"PA-S01", "PA-S04", "PA-S07", "PA-S09"} <= {f.rule_id for f in verdict.denials}
+
+
+def test_deny_rules_deny_and_warn_rules_only_warn(cluster: Store) -> None:
+    denied = admit(cluster, retry(ROUTE + "  override: 3"))
+    warned = admit(
+        cluster,
+        retry(
+            "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"
+        ),
+    )
+    assert not denied.allowed
+    assert warned.allowed and [f.rule_id for f in warned.warnings] == ["PA-T06"]
+
+
+def test_strict_turns_warnings_into_denials(cluster: Store) -> None:
+    missing = retry(
+        "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"
+    )
+    assert admit(cluster, missing).allowed
+    assert not admit(cluster, missing, Settings(strict=True)).allowed
+
+
+@pytest.mark.parametrize(
+    ("actions", "allowed", "warned", "audited"),
+    [
+        ({"PA-T06": "deny"}, False, [], []),
+        ({"PA-T06": "audit"}, True, [], ["PA-T06"]),
+        ({"PA-T06": "off"}, True, [], []),
+        ({}, True, ["PA-T06"], []),
+    ],
+)
+def test_global_rule_actions_change_the_verdict(
+    cluster: Store, actions: dict[str, Any], allowed: bool, warned: list[str], audited: list[str]
+) -> None:
+    missing = retry(
+        "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"
+    )
+    verdict = admit(cluster, missing, Settings(rule_actions=actions))
+    assert verdict.allowed is allowed
+    assert [f.rule_id for f in verdict.warnings] == warned
+    assert [f.rule_id for f in verdict.audited] == audited
+
+
+def test_kind_profile_rule_action_beats_the_global_one() -> None:
+    config = config_of(
+        "kinds:\n- {group: policies.example.com, kind: RetryPolicy, ruleActions: {PA-T06: warn}}\n"
+    )
+    store = store_of(POLICY_CRDS, CLUSTER, config=config)
+    missing = retry(
+        "  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}]\n  default: {maxRetries: 1}"
+    )
+    assert admit(store, missing, Settings(rule_actions={"PA-T06": "deny"})).allowed
+
+
+def test_legacy_true_label_infers_class_without_pa_k01() -> None:
+    crd = POLICY_CRDS.split("---")[0].replace("policy: inherited", "policy: 'true'")
+    store = store_of(crd, CLUSTER)
+    direct_shape = retry(ROUTE + "  maxRetries: 3")
+    verdict = admit(store, direct_shape)
+    assert verdict.allowed
+    assert not {"PA-K01", "PA-S06", "PA-S09"} & set(fired(verdict))
+
+
+def observability(targets: str) -> str:
+    return f"""
+apiVersion: gateway.nginx.org/v1alpha2
+kind: ObservabilityPolicy
+metadata: {{name: o, namespace: apps}}
+spec:
+  targetRefs: {targets}
+  tracing: {{strategy: ratio}}
+"""
+
+
+def test_a_direct_kind_may_mix_the_target_kinds_its_vendor_lists() -> None:
+    store = store_of(NGF_LIKE, CLUSTER)
+    both = "[{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}, {group: gateway.networking.k8s.io, kind: GRPCRoute, name: g}]"
+    assert "PA-T02" not in fired(admit(store, observability(both)))
+    config = config_of(
+        "kinds:\n- group: gateway.nginx.org\n  kind: ObservabilityPolicy\n"
+        "  targets: [{group: gateway.networking.k8s.io, kind: HTTPRoute}, "
+        "{group: gateway.networking.k8s.io, kind: GRPCRoute}]\n"
+    )
+    configured = store_of(NGF_LIKE, CLUSTER, config=config)
+    assert "PA-T02" in fired(admit(configured, observability(both)))

@@ -1,0 +1,259 @@
+"""`trim` keeps what the rules, the engine and the reconciler read, and nothing else."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.fixtures.yaml_state import CLUSTER, POLICY_CRDS, docs, one, store_of
+from webhook.core.model.profiles import profile_from_crd
+from webhook.core.state.store import Store
+from webhook.core.state.trim import trim
+
+KEY = "policy-attachment.dev/effective-policies"
+
+API_METADATA = """
+name: gw
+namespace: infra
+uid: 4f6c1d2e-0000-4000-8000-000000000001
+resourceVersion: "4242"
+generation: 3
+creationTimestamp: "2024-05-01T10:00:00Z"
+deletionTimestamp: "2024-05-02T10:00:00Z"
+labels: {team: edge}
+annotations:
+  policy-attachment.dev/effective-policies: '{"version":1}'
+  kubectl.kubernetes.io/last-applied-configuration: '{"a huge": "blob"}'
+ownerReferences: [{apiVersion: v1, kind: ConfigMap, name: owner, uid: x}]
+finalizers: [example.net/cleanup]
+managedFields:
+- {manager: kubectl, operation: Apply, fieldsType: FieldsV1, fieldsV1: {f:spec: {}}}
+"""
+
+
+def gateway() -> dict[str, Any]:
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": one(API_METADATA),
+        "spec": one("""
+            gatewayClassName: acme
+            listeners:
+            - {name: https, port: 443, protocol: HTTPS, allowedRoutes: {namespaces: {from: All}}}
+            """),
+        "status": {"conditions": [{"type": "Accepted", "status": "True"}]},
+    }
+
+
+def test_metadata_keeps_identity_age_deletion_and_labels_and_drops_the_rest() -> None:
+    metadata = trim(gateway(), keep_annotation=KEY)["metadata"]
+    assert metadata == {
+        "name": "gw",
+        "namespace": "infra",
+        "uid": "4f6c1d2e-0000-4000-8000-000000000001",
+        "resourceVersion": "4242",
+        "generation": 3,
+        "creationTimestamp": "2024-05-01T10:00:00Z",
+        "deletionTimestamp": "2024-05-02T10:00:00Z",
+        "labels": {"team": "edge"},
+        "annotations": {KEY: '{"version":1}'},
+    }
+
+
+def test_only_the_effective_policies_annotation_survives() -> None:
+    assert "annotations" not in trim(gateway())["metadata"]
+    assert "annotations" not in trim(gateway(), keep_annotation="other/key")["metadata"]
+
+
+def test_gateway_api_objects_keep_their_whole_spec_and_lose_status() -> None:
+    original = gateway()
+    trimmed = trim(original, keep_annotation=KEY)
+    assert trimmed["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert trimmed["kind"] == "Gateway"
+    assert trimmed["spec"] == original["spec"]
+    assert "status" not in trimmed
+
+
+def test_policies_keep_their_whole_spec() -> None:
+    policy = one("""
+        apiVersion: policies.example.com/v1alpha1
+        kind: RetryPolicy
+        metadata: {name: r, namespace: apps, managedFields: [{manager: kubectl}]}
+        spec:
+          targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}]
+          default: {maxRetries: 3, backoff: {baseInterval: 1s}}
+        status: {ancestors: []}
+        """)
+    assert trim(policy) == {
+        "apiVersion": policy["apiVersion"],
+        "kind": "RetryPolicy",
+        "metadata": {"name": "r", "namespace": "apps"},
+        "spec": policy["spec"],
+    }
+
+
+def test_services_keep_only_port_names_numbers_and_protocols() -> None:
+    service = one("""
+        apiVersion: v1
+        kind: Service
+        metadata: {name: foo, namespace: apps}
+        spec:
+          type: ClusterIP
+          clusterIP: 10.0.0.12
+          clusterIPs: [10.0.0.12]
+          selector: {app: foo}
+          sessionAffinity: None
+          ports:
+          - {name: http, port: 80, protocol: TCP, targetPort: 8080, appProtocol: http}
+          - {name: dns, port: 53, protocol: UDP, targetPort: dns}
+        status: {loadBalancer: {}}
+        """)
+    assert trim(service)["spec"] == {
+        "ports": [
+            {"name": "http", "port": 80, "protocol": "TCP"},
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+        ]
+    }
+
+
+def test_a_service_without_ports_keeps_an_empty_spec() -> None:
+    service = one(
+        "{apiVersion: v1, kind: Service, metadata: {name: x}, spec: {type: ExternalName}}"
+    )
+    assert trim(service)["spec"] == {}
+
+
+def test_namespaces_keep_name_and_labels_but_no_spec_status_or_annotations() -> None:
+    namespace = one("""
+        apiVersion: v1
+        kind: Namespace
+        metadata:
+          name: apps
+          labels: {gateway-access: "true", kubernetes.io/metadata.name: apps}
+          annotations: {owner: team-a}
+        spec: {finalizers: [kubernetes]}
+        status: {phase: Active}
+        """)
+    assert trim(namespace, keep_annotation=KEY) == {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "apps",
+            "labels": {"gateway-access": "true", "kubernetes.io/metadata.name": "apps"},
+        },
+    }
+
+
+def policy_crd() -> dict[str, Any]:
+    crd = docs(POLICY_CRDS)[0]  # RetryPolicy, inherited
+    crd["metadata"]["annotations"] = {"controller-gen.kubebuilder.io/version": "v0.16.0"}
+    crd["spec"]["names"]["listKind"] = "RetryPolicyList"
+    crd["spec"]["conversion"] = {"strategy": "None"}
+    version = crd["spec"]["versions"][0]
+    version["subresources"] = {"status": {}}
+    version["additionalPrinterColumns"] = [{"name": "Age", "type": "date"}]
+    version["schema"]["openAPIV3Schema"]["properties"]["status"] = {"type": "object"}
+    crd["status"] = {"acceptedNames": {"kind": "RetryPolicy"}, "storedVersions": ["v1alpha1"]}
+    return crd
+
+
+def test_policy_crds_keep_discovery_fields_and_the_spec_schema_only() -> None:
+    crd = policy_crd()
+    trimmed = trim(crd)
+    assert trimmed["metadata"] == {
+        "name": "retrypolicies.policies.example.com",
+        "labels": {"gateway.networking.k8s.io/policy": "inherited"},
+    }
+    assert trimmed["spec"] == {
+        "group": "policies.example.com",
+        "names": {"kind": "RetryPolicy", "plural": "retrypolicies", "listKind": "RetryPolicyList"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "properties": {
+                            "spec": crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
+                                "properties"
+                            ]["spec"]
+                        }
+                    }
+                },
+            }
+        ],
+    }
+    assert "status" not in trimmed
+
+
+@pytest.mark.parametrize("crd", docs(POLICY_CRDS), ids=lambda c: c["spec"]["names"]["kind"])
+def test_a_trimmed_policy_crd_gives_the_same_profile(crd: dict[str, Any]) -> None:
+    assert profile_from_crd(trim(crd)) == profile_from_crd(crd)
+
+
+def test_other_crds_lose_their_schemas() -> None:
+    crd = policy_crd()
+    del crd["metadata"]["labels"]
+    (version,) = trim(crd)["spec"]["versions"]
+    assert version == {"name": "v1alpha1", "served": True, "storage": True}
+
+
+def test_a_crd_with_an_unknown_policy_label_value_is_not_a_policy_crd() -> None:
+    crd = policy_crd()
+    crd["metadata"]["labels"]["gateway.networking.k8s.io/policy"] = "maybe"
+    assert "schema" not in trim(crd)["spec"]["versions"][0]
+
+
+def test_trim_leaves_its_input_untouched() -> None:
+    original = gateway()
+    before = copy.deepcopy(original)
+    trim(original, keep_annotation=KEY)
+    assert original == before
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {},
+        {"kind": "Gateway"},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": "ports"},
+        {"apiVersion": "v1", "kind": "Service", "metadata": "x", "spec": {"ports": ["80"]}},
+        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+         "metadata": {"name": "c", "labels": None}, "spec": {"versions": ["v1", None]}},
+        {"apiVersion": "policies.example.com/v1", "kind": "RetryPolicy", "spec": "not an object"},
+    ],
+)  # fmt: skip
+def test_malformed_objects_are_trimmed_without_raising(obj: dict[str, Any]) -> None:
+    trimmed = trim(obj)
+    assert trimmed.get("kind") == obj.get("kind")
+
+
+RETRY_POLICY = """
+apiVersion: policies.example.com/v1alpha1
+kind: RetryPolicy
+metadata:
+  name: r
+  namespace: apps
+  creationTimestamp: "2024-05-01T10:00:00Z"
+  annotations: {note: dropped}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}]
+  default: {maxRetries: 3}
+status: {ancestors: []}
+"""
+
+
+def test_a_store_of_trimmed_objects_answers_like_one_of_full_objects() -> None:
+    full = store_of(POLICY_CRDS, CLUSTER, RETRY_POLICY)
+    trimmed = Store()
+    for doc in docs(POLICY_CRDS) + docs(CLUSTER) + docs(RETRY_POLICY):
+        trimmed.upsert(trim(doc))
+    assert trimmed.policy_kinds() == full.policy_kinds()
+    assert list(trimmed.policies()) == list(full.policies())
+    assert trimmed.namespace_labels("apps") == full.namespace_labels("apps")
+    for gk in full.all_kinds():
+        assert sorted(trimmed.keys(gk)) == sorted(full.keys(gk))
