@@ -74,7 +74,7 @@ def scenario_fanout(cluster: synth.Cluster, store: Store, cache: Any) -> None:
     assert cluster.busy_policy is not None
     cache.get(key_of(cluster.busy_gateway))  # one entry, so the cache tracks dependencies
     seen: list[frozenset[Any]] = []
-    cache.add_listener(lambda key, old, new, affected: seen.append(affected))
+    cache.feed.subscribe(lambda key, old, new, affected: seen.append(affected))
     edited = copy.deepcopy(cluster.busy_policy)
     edited["spec"]["default"]["retryOn"] = ["599"]
     store.upsert(edited)

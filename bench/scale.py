@@ -282,14 +282,14 @@ def _fanout(
             seen.append(affected)
 
         if cache is not None:
-            cache.add_listener(listen)
+            cache.feed.subscribe(listen)
         fresh = {}
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         store.upsert(edited)
         if cache is not None:
             affected = seen[0]
-            cache.remove_listener(listen)
+            cache.feed.unsubscribe(listen)
         else:
             affected = frozenset(hierarchy.affected_by(target, None, store))
         t1 = time.perf_counter()

@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from webhook.core.admission import reviews  # noqa: E402
+from webhook.core.admission import mutation, reviews  # noqa: E402
 from webhook.core.admission import validation as admission  # noqa: E402
 from webhook.core.model.settings import Settings  # noqa: E402
 from webhook.core.rules.findings import MAX_LINE, MAX_WARNINGS  # noqa: E402
@@ -283,7 +283,7 @@ def run_one(body: bytes) -> tuple[str, float]:
     uid = request["uid"]
     verdict = admission.validate(request, view=STORE, settings=SETTINGS)
     validated = reviews.encode_review(reviews.from_verdict(uid, verdict, request=request))
-    operations = admission.mutate(request, view=STORE, settings=SETTINGS)
+    operations = mutation.mutate(request, view=STORE, settings=SETTINGS)
     mutated = reviews.encode_review(reviews.patched(uid, operations))
     took = time.perf_counter() - started
     check(validated, uid)

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures.paths import EXAMPLES
-from webhook.core.admission import reviews
+from webhook.core.admission import mutation, reviews
 from webhook.core.admission import validation as admission
 from webhook.core.model.settings import Settings
 from webhook.core.rules.findings import MAX_LINE, MAX_WARNINGS
@@ -89,7 +89,7 @@ def answer(body: bytes) -> bytes | None:
     verdict = admission.validate(request, view=STORE, settings=SETTINGS)
     validated = reviews.encode_review(reviews.from_verdict(uid, verdict, request=request))
     assert_well_formed(validated, uid)
-    operations = admission.mutate(request, view=STORE, settings=SETTINGS)
+    operations = mutation.mutate(request, view=STORE, settings=SETTINGS)
     mutated = reviews.encode_review(reviews.patched(uid, operations))
     assert_well_formed(mutated, uid)
     # An annotation is at most 16 KiB (SPEC §3.3): a patch never grows with the input.

@@ -96,7 +96,7 @@ def colours(value: str) -> list[str]:
 
 def test_without_an_annotations_map_the_patch_creates_it() -> None:
     obj = incoming_route()
-    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS)
+    ops = mutation.mutate(request(obj), view=cluster(), settings=SETTINGS)
     assert [(op["op"], op["path"]) for op in ops] == [("add", "/metadata/annotations")]
     result = applied(obj, ops)
     assert list(result["metadata"]["annotations"]) == [KEY]
@@ -109,13 +109,13 @@ def test_without_an_annotations_map_the_patch_creates_it() -> None:
 def test_annotations_null_is_replaced_by_a_map() -> None:
     obj = incoming_route()
     obj["metadata"]["annotations"] = None
-    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS)
+    ops = mutation.mutate(request(obj), view=cluster(), settings=SETTINGS)
     assert applied(obj, ops)["metadata"]["annotations"].keys() == {KEY}
 
 
 def test_other_annotations_are_untouched_and_the_key_is_escaped() -> None:
     obj = incoming_route(annotations={"team": "apps", "a/b~c": "x"})
-    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS)
+    ops = mutation.mutate(request(obj), view=cluster(), settings=SETTINGS)
     assert [(op["op"], op["path"]) for op in ops] == [
         ("add", "/metadata/annotations/policy-attachment.dev~1effective-policies")
     ]
@@ -127,7 +127,7 @@ def test_other_annotations_are_untouched_and_the_key_is_escaped() -> None:
 def test_a_prefix_with_a_tilde_is_escaped_tilde_first() -> None:
     settings = Settings(annotation_prefix="ex~1ample.com")
     obj = incoming_route(annotations={"ex~1ample.com/effective-policies": "stale"})
-    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=settings)
+    ops = mutation.mutate(request(obj), view=cluster(), settings=settings)
     assert [(op["op"], op["path"]) for op in ops] == [
         ("replace", "/metadata/annotations/ex~01ample.com~1effective-policies")
     ]
@@ -138,35 +138,28 @@ def test_a_prefix_with_a_tilde_is_escaped_tilde_first() -> None:
 
 def test_an_up_to_date_annotation_gives_no_operations() -> None:
     obj = incoming_route()
-    first = applied(obj, mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS))
+    first = applied(obj, mutation.mutate(request(obj), view=cluster(), settings=SETTINGS))
     assert (
-        mutation.annotation_patch(
-            request(first, operation="UPDATE"), view=cluster(), settings=SETTINGS
-        )
-        == []
+        mutation.mutate(request(first, operation="UPDATE"), view=cluster(), settings=SETTINGS) == []
     )
 
 
 def test_when_no_policy_applies_the_annotation_is_removed_and_nothing_else() -> None:
     obj = incoming_route(parent="nowhere", annotations={KEY: "{}", "keep": "me"})
-    ops = mutation.annotation_patch(
-        request(obj, operation="UPDATE"), view=cluster(), settings=SETTINGS
-    )
+    ops = mutation.mutate(request(obj, operation="UPDATE"), view=cluster(), settings=SETTINGS)
     assert ops == [
         {"op": "remove", "path": "/metadata/annotations/policy-attachment.dev~1effective-policies"}
     ]
     assert applied(obj, ops)["metadata"]["annotations"] == {"keep": "me"}
     bare = incoming_route(parent="nowhere")
-    assert mutation.annotation_patch(request(bare), view=cluster(), settings=SETTINGS) == []
+    assert mutation.mutate(request(bare), view=cluster(), settings=SETTINGS) == []
 
 
 def test_an_update_that_moves_a_route_uses_the_incoming_parent_refs() -> None:
     store = cluster()
     store.upsert(incoming_route(parent="gw"))  # stored: on gw
     moved = incoming_route(parent="gw2")
-    ops = mutation.annotation_patch(
-        request(moved, operation="UPDATE"), view=store, settings=SETTINGS
-    )
+    ops = mutation.mutate(request(moved, operation="UPDATE"), view=store, settings=SETTINGS)
     value = applied(moved, ops)["metadata"]["annotations"][KEY]
     assert colours(value) == ["blue"]
     assert json.loads(value)["policies"]["ColorPolicy.policies.example.com"]["policies"] == [
@@ -177,7 +170,7 @@ def test_an_update_that_moves_a_route_uses_the_incoming_parent_refs() -> None:
 def test_the_namespace_may_come_from_the_request() -> None:
     obj = incoming_route()
     del obj["metadata"]["namespace"]
-    ops = mutation.annotation_patch(request(obj), view=cluster(), settings=SETTINGS)
+    ops = mutation.mutate(request(obj), view=cluster(), settings=SETTINGS)
     assert colours(applied(obj, ops)["metadata"]["annotations"][KEY]) == ["red"]
 
 
@@ -185,9 +178,7 @@ def test_a_service_create_sees_the_routes_already_there() -> None:
     (svc,) = docs(
         "apiVersion: v1\nkind: Service\nmetadata: {name: foo, namespace: apps}\nspec: {ports: [{name: web, port: 80}]}"
     )
-    ops = mutation.annotation_patch(
-        request(svc, kind=("", "Service")), view=cluster(), settings=SETTINGS
-    )
+    ops = mutation.mutate(request(svc, kind=("", "Service")), view=cluster(), settings=SETTINGS)
     value = json.loads(applied(svc, ops)["metadata"]["annotations"][KEY])
     (entry,) = value["policies"]["ColorPolicy.policies.example.com"]["contexts"]
     assert entry["paths"] == [
@@ -227,7 +218,7 @@ def test_a_service_create_sees_the_routes_already_there() -> None:
     ],
 )
 def test_nothing_for_other_operations_kinds_and_subresources(req: Request) -> None:
-    assert mutation.annotation_patch(req, view=cluster(), settings=SETTINGS) == []
+    assert mutation.mutate(req, view=cluster(), settings=SETTINGS) == []
 
 
 # --- property: the patch touches our annotation and nothing else ------------------------------
@@ -263,7 +254,7 @@ def test_the_patch_leaves_every_other_field_byte_identical(
     if annotations is not None:
         obj["metadata"]["annotations"] = annotations
     obj["spec"]["extra"] = extra
-    ops = mutation.annotation_patch(request(obj, operation="UPDATE"), view=STORE, settings=SETTINGS)
+    ops = mutation.mutate(request(obj, operation="UPDATE"), view=STORE, settings=SETTINGS)
     result = applied(obj, ops)
 
     def without_ours(o: dict[str, Any]) -> bytes:
@@ -274,7 +265,5 @@ def test_the_patch_leaves_every_other_field_byte_identical(
 
     assert without_ours(result) == without_ours(obj)
     assert all(op["path"].startswith("/metadata/annotations") for op in ops)
-    again = mutation.annotation_patch(
-        request(result, operation="UPDATE"), view=STORE, settings=SETTINGS
-    )
+    again = mutation.mutate(request(result, operation="UPDATE"), view=STORE, settings=SETTINGS)
     assert again == []  # applying our own patch makes it a fixed point

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from webhook.core.admission import reviews
-from webhook.core.rules.findings import Finding, decide
+from webhook.core.rules.findings import Finding, Judge, Verdict
 
 BUDGET = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -135,12 +135,9 @@ def test_what_orjson_refuses_is_written_by_json() -> None:
 
 @pytest.mark.parametrize("name", ["retry", "\ud800", "日本"])
 def test_a_denial_is_encoded_as_json_encoded_it(name: str) -> None:
-    verdict = decide(
-        [Finding("PA-S01", "spec.default", "bad"), Finding("PA-C04", "", "changes things")],
-        kind_actions={},
-        global_actions={},
-        strict=False,
-    )
+    judge = Judge(kind_actions={}, global_actions={})
+    found = [Finding("PA-S01", "spec.default", "bad"), Finding("PA-C04", "", "changes things")]
+    verdict = Verdict(tuple(map(judge, found)))
     request: reviews.Request = {
         "uid": "u1",
         "kind": {"group": "policies.example.com", "version": "v1", "kind": "RetryPolicy"},

@@ -15,7 +15,7 @@ from tests.fixtures.engine import (
     service,
     store_of,
 )
-from webhook.core.engine import hierarchy, hierarchy_index
+from webhook.core.engine import hierarchy, memo
 from webhook.core.model.refs import ObjectKey
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import ClusterView
@@ -496,18 +496,14 @@ spec:
 
 def test_the_index_follows_the_store_and_overlays_layer_on_it() -> None:
     store = store_of(CRDS, CLUSTER)
-    first = hierarchy_index.index_for(store)
-    assert hierarchy_index.index_for(store) is first  # cached
+    first = memo.index_of(store)
+    assert memo.index_of(store) is first  # cached
     store.upsert(docs("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: apps}")[0])
-    assert hierarchy_index.index_for(store) is first  # not a hierarchy kind
+    assert memo.index_of(store) is first  # not a hierarchy kind
     moved = docs(route_in("apps", parent="{name: gw, namespace: infra, sectionName: http}"))[0]
     overlay = OverlayView(store, upserts=[moved])
-    assert (
-        hierarchy_index.index_for(overlay).routes_of_backend(service("apps", "foo")) == frozenset()
-    )
-    assert hierarchy_index.index_for(store).routes_of_backend(service("apps", "foo")) == {
-        route("apps", "r")
-    }
+    assert memo.index_of(overlay).routes_of_backend(service("apps", "foo")) == frozenset()
+    assert memo.index_of(store).routes_of_backend(service("apps", "foo")) == {route("apps", "r")}
     store.upsert(moved)
-    assert hierarchy_index.index_for(store) is not first
-    assert hierarchy_index.index_for(store).routes_of_backend(service("apps", "foo")) == frozenset()
+    assert memo.index_of(store) is not first
+    assert memo.index_of(store).routes_of_backend(service("apps", "foo")) == frozenset()

@@ -1,4 +1,5 @@
-"""Memos shared between computations (`derived`): kept while their inputs hold, dropped when not.
+"""Memos shared between computations (`engine/memo.py`): kept while their inputs hold, dropped
+when not.
 
 That answers computed on a warm memo equal answers on a fresh store after random changes is
 the cache property's job (changes.py); here, which write keeps or drops which memo.
@@ -15,8 +16,8 @@ from hypothesis import strategies as st
 from tests.fixtures import changes
 from tests.fixtures.engine import CRDS, gateway, route, store_of
 from webhook.core.annotation import summary
-from webhook.core.engine import effective, hierarchy
-from webhook.core.engine import memo as derived
+from webhook.core.engine import effective, hierarchy, memo
+from webhook.core.model import kinds
 from webhook.core.model.refs import ObjectKey
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import Store
@@ -50,12 +51,12 @@ R1 = route("apps", "r1")
 POLICY = ObjectKey("policies.example.com", "ColorPolicy", "apps", "red")
 
 
-def warm() -> tuple[Store, derived.StructureMemo, derived.EngineMemo]:
+def warm() -> tuple[Store, memo.StructureMemo, memo.EngineMemo]:
     store = store_of(CRDS, STATE)
     hierarchy.contexts_of(R1, store)
-    structure = derived.structure_memo(store)
+    structure = memo.shared_structure(store)
     assert structure is not None and R1 in structure.contexts
-    return store, structure, derived.engine_memo(store)
+    return store, structure, memo.engine_of(store)
 
 
 def recolored(store: Store, color: str) -> dict[str, object]:
@@ -66,15 +67,15 @@ def recolored(store: Store, color: str) -> dict[str, object]:
 
 def test_nothing_written_keeps_both_memos() -> None:
     store, structure, engine = warm()
-    assert derived.structure_memo(store) is structure
-    assert derived.engine_memo(store) is engine
+    assert memo.shared_structure(store) is structure
+    assert memo.engine_of(store) is engine
 
 
 def test_a_policy_write_keeps_contexts_and_drops_engine_results() -> None:
     store, structure, engine = warm()
     store.upsert(recolored(store, "blue"))
-    assert derived.structure_memo(store) is structure
-    assert derived.engine_memo(store) is not engine
+    assert memo.shared_structure(store) is structure
+    assert memo.engine_of(store) is not engine
 
 
 def test_a_hierarchy_write_drops_contexts() -> None:
@@ -82,7 +83,7 @@ def test_a_hierarchy_write_drops_contexts() -> None:
     gw = copy.deepcopy(dict(store.get(gateway("apps", "gw")) or {}))
     gw["spec"]["listeners"].append({"name": "two", "protocol": "HTTP", "port": 81})
     store.upsert(gw)
-    fresh = derived.structure_memo(store)
+    fresh = memo.shared_structure(store)
     assert fresh is not structure and R1 not in (fresh.contexts if fresh else {})
     assert len(hierarchy.contexts_of(R1, store)) == 2  # recomputed: both listeners
 
@@ -90,9 +91,9 @@ def test_a_hierarchy_write_drops_contexts() -> None:
 def test_an_overlay_of_a_policy_shares_the_stores_contexts_not_its_engine_memo() -> None:
     store, structure, engine = warm()
     overlay = OverlayView(store, upserts=[recolored(store, "blue")])
-    assert derived.structure_memo(overlay) is structure
-    own = derived.engine_memo(overlay)
-    assert own is not engine and derived.engine_memo(overlay) is own
+    assert memo.shared_structure(overlay) is structure
+    own = memo.engine_of(overlay)
+    assert own is not engine and memo.engine_of(overlay) is own
 
 
 def test_an_overlay_of_a_hierarchy_object_computes_contexts_afresh_but_shares_engine_work() -> None:
@@ -101,8 +102,8 @@ def test_an_overlay_of_a_hierarchy_object_computes_contexts_afresh_but_shares_en
     moved = copy.deepcopy(dict(store.get(R1) or {}))
     moved["spec"]["parentRefs"] = []
     overlay = OverlayView(store, upserts=[moved])
-    assert derived.structure_memo(overlay) is None
-    assert derived.engine_memo(overlay) is engine
+    assert memo.shared_structure(overlay) is None
+    assert memo.engine_of(overlay) is engine
     assert hierarchy.contexts_of(R1, overlay) == []
     assert hierarchy.contexts_of(R1, store) != []  # the store's memo is untouched
 
@@ -110,13 +111,13 @@ def test_an_overlay_of_a_hierarchy_object_computes_contexts_afresh_but_shares_en
 def test_a_full_memo_starts_over() -> None:
     store, structure, _ = warm()
     structure.limit = 0  # as if the cluster had grown past its bound
-    fresh = derived.structure_memo(store)
+    fresh = memo.shared_structure(store)
     assert fresh is not structure and fresh is not None and not fresh.contexts
 
 
 def test_the_memo_bound_grows_with_the_store() -> None:
     small, large = store_of(CRDS), store_of(CRDS, STATE)
-    assert derived.entry_limit(large) > derived.entry_limit(small) >= derived.MIN_ENTRIES
+    assert memo.entry_limit(large) > memo.entry_limit(small) >= memo.MIN_ENTRIES
 
 
 def test_a_relist_of_unchanged_objects_is_no_write() -> None:
@@ -128,7 +129,7 @@ def test_a_relist_of_unchanged_objects_is_no_write() -> None:
     revision = store.revision
     store.replace_kind(R1.group_kind, routes)
     assert heard == [] and store.revision == revision
-    assert derived.structure_memo(store) is structure and derived.engine_memo(store) is engine
+    assert memo.shared_structure(store) is structure and memo.engine_of(store) is engine
     routes[0]["spec"]["parentRefs"] = []
     store.replace_kind(R1.group_kind, routes)
     assert heard == [R1]
@@ -140,7 +141,7 @@ def test_reach_below_a_target_is_kept_until_the_hierarchy_changes() -> None:
     assert hierarchy.affected_by(gw, None, store) == {gw, R1}
     assert structure.reach[(gw, None, True)] == {gw, R1}
     store.upsert(recolored(store, "blue"))  # a policy write: the reach stands
-    assert derived.structure_memo(store) is structure
+    assert memo.shared_structure(store) is structure
     moved = copy.deepcopy(dict(store.get(R1) or {}))
     moved["spec"]["parentRefs"] = []
     store.upsert(moved)  # r1 leaves the Gateway
@@ -152,10 +153,10 @@ def test_an_edit_of_a_policys_values_keeps_every_ladder() -> None:
     that edit starts from the ladders kept, and still answers with the new values."""
     store, _, _ = warm()
     effective.compute(R1, store)
-    ladders = derived.ladder_memo(store)
-    assert ladders is not None and R1 in ladders.ladders
+    ladders = memo.ladders_of(store)
+    assert ladders is not None and R1 in ladders.reached
     store.upsert(recolored(store, "blue"))
-    assert derived.ladder_memo(store) is ladders
+    assert memo.ladders_of(store) is ladders
     assert summary.summarize(R1, store, changes.SETTINGS) == summary.summarize(
         R1, changes.rebuilt(store), changes.SETTINGS
     )
@@ -177,34 +178,32 @@ def test_a_policy_that_moves_comes_or_goes_drops_the_ladders() -> None:
         "created": lambda store: store.upsert(
             {**recolored(store, "blue"), "metadata": {"name": "other", "namespace": "apps"}}
         ),
-        "a CRD written": lambda store: store.upsert(
-            next(iter(store_of(CRDS).objects(derived.kinds.CRD)))
-        ),
+        "a CRD written": lambda store: store.upsert(next(iter(store_of(CRDS).objects(kinds.CRD)))),
     }
     for what, change in changes.items():
         store, _, _ = warm()
         effective.compute(R1, store)
-        ladders = derived.ladder_memo(store)
+        ladders = memo.ladders_of(store)
         change(store)
-        fresh = derived.ladder_memo(store)
-        assert fresh is not ladders and fresh is not None and not fresh.ladders, what
+        fresh = memo.ladders_of(store)
+        assert fresh is not ladders and fresh is not None and not fresh.reached, what
 
 
 def test_a_hierarchy_write_drops_the_ladders() -> None:
     store, _, _ = warm()
     effective.compute(R1, store)
-    ladders = derived.ladder_memo(store)
+    ladders = memo.ladders_of(store)
     moved = copy.deepcopy(dict(store.get(R1) or {}))
     moved["spec"]["parentRefs"] = []
     store.upsert(moved)
-    assert derived.ladder_memo(store) is not ladders
+    assert memo.ladders_of(store) is not ladders
     assert effective.compute(R1, store) == []
 
 
 def test_only_a_store_keeps_ladders() -> None:
     """An overlay may move a policy or a hierarchy object: its ladders are computed."""
     store, _, _ = warm()
-    assert derived.ladder_memo(OverlayView(store, upserts=[recolored(store, "blue")])) is None
+    assert memo.ladders_of(OverlayView(store, upserts=[recolored(store, "blue")])) is None
 
 
 # --- an overlay of policies layered on the store's memo -------------------------------------------

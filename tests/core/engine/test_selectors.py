@@ -24,6 +24,7 @@ from tests.fixtures.engine import (
     store_of,
 )
 from tests.fixtures.paths import REALWORLD
+from webhook.core.admission import mutation
 from webhook.core.admission import validation as admission
 from webhook.core.admission.reviews import Request
 from webhook.core.annotation import dependencies, summary
@@ -165,7 +166,7 @@ def test_a_route_submitted_with_a_new_label_is_annotated_for_its_new_label() -> 
         selecting("p", "{app: shop}", "default: {maxRetries: 2}"),
     )
     (submitted,) = docs(labelled_route("shop", {"app": "shop"}))
-    ops = admission.mutate(mutate_review(submitted), view=store, settings=Settings())
+    ops = mutation.mutate(mutate_review(submitted), view=store, settings=Settings())
     (op,) = ops
     assert '"maxRetries":2' in str(op["value"])
     assert '"policies":["apps/p"]' in str(op["value"])

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.paths import EXAMPLES
-from webhook.core.admission import validation as admission
+from webhook.core.admission import mutation
 from webhook.core.annotation import explanation as explain
 from webhook.core.annotation import summary
 from webhook.core.model import kinds
@@ -100,7 +100,7 @@ def test_the_annotation_of_every_example_object_matches_explain(
     for key in sorted(where):
         if key.group_kind not in kinds.ANNOTATED_KINDS:
             continue
-        ops = admission.mutate(
+        ops = mutation.mutate(
             mutate_review(dict(where[key].obj), key), view=store, settings=settings
         )
         written = next((op.get("value") for op in ops if op["op"] in ("add", "replace")), None)

@@ -29,7 +29,7 @@ from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.cluster.kubeapi import Resource
-from webhook.shell.cluster.reconciler import Reconciler, annotation_patch, object_path
+from webhook.shell.cluster.reconciler import Reconciler, merge_patch_of_annotation, object_path
 from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
 from webhook.shell.process.metrics import Metrics
 
@@ -228,10 +228,10 @@ def test_passed_is_set_once_the_first_pass_has_computed_every_annotation() -> No
 
 
 def test_removal_is_a_null_for_our_key_alone() -> None:
-    assert annotation_patch(KEY, None, "7") == {
+    assert merge_patch_of_annotation(KEY, None, "7") == {
         "metadata": {"annotations": {KEY: None}, "resourceVersion": "7"}
     }
-    assert annotation_patch(KEY, "v", None) == {"metadata": {"annotations": {KEY: "v"}}}
+    assert merge_patch_of_annotation(KEY, "v", None) == {"metadata": {"annotations": {KEY: "v"}}}
 
 
 def test_object_paths_for_core_namespaced_and_cluster_scoped_kinds() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.https import policy, review_of
-from webhook.core.admission import reviews
+from webhook.core.admission import mutation, reviews
 from webhook.core.admission import validation as admission
 from webhook.shell.https import server
 from webhook.shell.process.logs import JsonFormatter
@@ -169,7 +169,7 @@ def test_mutate_answers_allowed_with_at_most_a_json_patch(webhook, cluster):
 
 def test_mutate_sends_the_cores_operations_base64_encoded(webhook, monkeypatch):
     ops = [{"op": "add", "path": "/metadata/annotations/x", "value": "y"}]
-    monkeypatch.setattr(admission, "mutate", lambda request, *, view, settings: ops)
+    monkeypatch.setattr(mutation, "mutate", lambda request, *, view, settings: ops)
     response = webhook.post_review("/mutate", review_of(obj(RETRY_ON_ROUTE))).json()["response"]
     assert response["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(response["patch"])) == ops

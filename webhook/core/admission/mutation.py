@@ -14,7 +14,7 @@ from typing import Any
 
 from webhook.core.admission.reviews import Request
 from webhook.core.annotation import summary
-from webhook.core.model import kinds
+from webhook.core.model import kinds, pointer
 from webhook.core.model.refs import GroupKind, ObjectKey, group_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.overlay import OverlayView
@@ -24,9 +24,7 @@ MAX_NAME = 253  # a DNS subdomain: the longest name of any object we annotate
 MAX_NAMESPACE = 63  # a DNS label
 
 
-def annotation_patch(
-    request: Request, *, view: ClusterView, settings: Settings
-) -> list[dict[str, Any]]:
+def mutate(request: Request, *, view: ClusterView, settings: Settings) -> list[dict[str, Any]]:
     """JSON Patch (RFC 6902) operations that bring our annotation up to date; [] when it is."""
     if request["operation"] not in ("CREATE", "UPDATE") or request.get("subResource"):
         return []
@@ -50,19 +48,20 @@ def patch_for(annotations: object, annotation_key: str, value: str | None) -> li
     if value is None:
         if not present:
             return []
-        return [{"op": "remove", "path": f"/metadata/annotations/{escape(annotation_key)}"}]
+        return [{"op": "remove", "path": pointer.join(("metadata", "annotations", annotation_key))}]
     if not isinstance(annotations, Mapping):
         # No map at all (or `annotations: null`): a member path would have no parent to go in.
         return [{"op": "add", "path": "/metadata/annotations", "value": {annotation_key: value}}]
     if present and annotations[annotation_key] == value:
         return []
     op = "replace" if present else "add"
-    return [{"op": op, "path": f"/metadata/annotations/{escape(annotation_key)}", "value": value}]
-
-
-def escape(segment: str) -> str:
-    """RFC 6901: `~` → `~0` first, then `/` → `~1` (our key always holds a `/`)."""
-    return segment.replace("~", "~0").replace("/", "~1")
+    return [
+        {
+            "op": op,
+            "path": pointer.join(("metadata", "annotations", annotation_key)),
+            "value": value,
+        }
+    ]
 
 
 def _with_identity(

@@ -1,7 +1,7 @@
-"""Admission decisions: one AdmissionReview request in, a verdict or a patch out.
+"""`/validate`: one AdmissionReview request in, a verdict out (SPEC §2).
 
-This is the whole of what `/validate` and `/mutate` mean; the HTTP server only decodes,
-calls these and encodes. No IO here, no awaiting.
+This is the whole of what `/validate` means; the HTTP server only decodes, calls `validate`
+and encodes. `/mutate` is `mutation.mutate`. No IO here, no awaiting.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 from webhook.core.admission.reviews import Request
 from webhook.core.model import kinds
 from webhook.core.model.policy import class_of, spec_of
+from webhook.core.model.profiles import POLICY_LABEL, KindProfile
 from webhook.core.model.refs import GroupKind, key_of
 from webhook.core.model.settings import Settings
-from webhook.core.rules import shape, targets
-from webhook.core.rules.findings import Finding, Verdict, decide
+from webhook.core.rules import impact, shape, targets
+from webhook.core.rules.findings import Finding, Judge, Verdict
 from webhook.core.state.store import ClusterView
 
 # Bounds on a policy's `spec` before any rule reads it (SPEC §2.6: a policy the rules cannot
@@ -28,13 +29,15 @@ MAX_SPEC_VALUES = 5000
 
 
 def validate(request: Request, *, view: ClusterView, settings: Settings) -> Verdict:
-    """SPEC §2: check a policy on CREATE/UPDATE; DELETE and `status` writes are allowed."""
+    """SPEC §2: a policy's CREATE or UPDATE is judged, its DELETE previewed; anything else is
+    allowed as it is (a `status` write, a kind that is never a policy)."""
     if request.get("subResource"):
         return Verdict()  # SPEC §2.7: status (and other subresource) writes are not ours to judge
     gk = GroupKind(request["kind"].get("group", ""), request["kind"]["kind"])
-    if request["operation"] == "DELETE":
-        return _on_delete(request, gk, view=view, settings=settings)
-    if request["operation"] not in ("CREATE", "UPDATE") or gk in kinds.NEVER_POLICIES:
+    operation = request["operation"]
+    if operation == "DELETE":
+        return check_delete(request.get("oldObject"), gk, view=view, settings=settings)
+    if operation not in ("CREATE", "UPDATE") or gk in kinds.NEVER_POLICIES:
         return Verdict()  # a route, Service, … sent by a wide rule: not a policy to judge
     obj = request.get("object") or {}
     return check_policy(obj, gk, view=view, settings=settings, old=request.get("oldObject"))
@@ -48,94 +51,60 @@ def check_policy(
     settings: Settings,
     old: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """Every finding for one policy object, judged by the configured actions."""
+    """Every finding for one policy object, judged by the configured actions: the rules that
+    read the object alone, then — when none of them denies — the conflicts and the impact
+    preview, which need the engine (a denied policy changes nothing, SPEC §2.3)."""
     profile = view.profile(gk)
-    findings: list[Finding] = []
-    spec = spec_of(obj)
-    too_big = None if spec is None else _too_big(spec)
-    if spec is None:
-        findings.append(
-            Finding("PA-S00", "spec", f"expected an object, got {_type_name(obj.get('spec'))}")
-        )
-    elif too_big is not None:
-        findings.append(Finding("PA-S00", too_big[0], too_big[1]))
-    else:
-        policy_class, inferred = class_of(spec, profile)
-        if inferred:
-            findings.append(
-                Finding(
-                    "PA-K01",
-                    "",
-                    f"{gk} has no {_label_hint()} label and no profile; treated as {policy_class}",
-                )
-            )
-        namespace = _namespace_of(obj)
-        findings += shape.check(spec, profile=profile, policy_class=policy_class)
-        findings += targets.check(
-            spec,
-            profile=profile,
-            policy_class=policy_class,
-            policy_gk=gk,
-            namespace=namespace,
-            view=view,
-        )
-    verdict = decide(
-        findings,
-        kind_actions=profile.rule_actions,
-        global_actions=settings.rule_actions,
-        strict=settings.strict,
-    )
-    if spec is None or too_big is not None or not verdict.allowed:
-        return verdict  # a denied policy changes nothing: no conflicts or impact to preview
-    findings += _engine_findings(obj, gk, view=view, settings=settings, old=old)
-    return decide(
-        findings,
-        kind_actions=profile.rule_actions,
-        global_actions=settings.rule_actions,
-        strict=settings.strict,
-    )
+    judge = Judge(profile.rule_actions, settings.rule_actions, strict=settings.strict)
+    judged = [judge(finding) for finding in _object_findings(obj, gk, profile=profile, view=view)]
+    if spec_readable(obj) and not any(j.action == "deny" for j in judged):
+        found = impact.policy_findings(obj, gk, view=view, settings=settings, old=old)
+        judged += map(judge, found)
+    return Verdict(tuple(judged))
 
 
-def _on_delete(
-    request: Request, gk: GroupKind, *, view: ClusterView, settings: Settings
-) -> Verdict:
-    old = request.get("oldObject")
-    if not isinstance(old, Mapping):
+def check_delete(old: object, gk: GroupKind, *, view: ClusterView, settings: Settings) -> Verdict:
+    """PA-C04 for a policy deleted, PA-C05 for a target deleted: warnings, never a denial —
+    whatever the configured action — since refusing a delete for a warning would surprise
+    every admin (docs/decisions.md)."""
+    if not isinstance(old, Mapping) or key_of(old) is None:
         return Verdict()
-    findings = _delete_findings(old, gk, view=view, settings=settings)
-    return decide(
-        findings,
-        kind_actions=view.profile(gk).rule_actions,
-        global_actions=settings.rule_actions,
-        strict=False,  # a DELETE is never denied: findings only warn (SPEC §2.7)
-    )
+    judge = Judge(view.profile(gk).rule_actions, settings.rule_actions, strict=False)
+    found = impact.delete_findings(old, gk, view=view, settings=settings)
+    return Verdict(tuple(judged.softened() for judged in map(judge, found)))
 
 
-def _engine_findings(
-    obj: Mapping[str, Any],
-    gk: GroupKind,
-    *,
-    view: ClusterView,
-    settings: Settings,
-    old: Mapping[str, Any] | None,
+def _object_findings(
+    obj: Mapping[str, Any], gk: GroupKind, *, profile: KindProfile, view: ClusterView
 ) -> list[Finding]:
-    """Conflict and impact findings (SPEC §2.3) — filled in by `webhook.core.rules.impact`."""
-    from webhook.core.rules import (
-        impact,  # local: impact depends on the engine, admission must not cycle
+    """The shape and target rules (SPEC §2.1, §2.2), and PA-K01, PA-S00."""
+    spec = spec_of(obj)
+    if spec is None:
+        return [Finding("PA-S00", "spec", f"expected an object, got {_type_name(obj.get('spec'))}")]
+    too_big = _too_big(spec)
+    if too_big is not None:
+        return [Finding("PA-S00", *too_big)]
+    findings: list[Finding] = []
+    policy_class, inferred = class_of(spec, profile)
+    if inferred:
+        message = f"{gk} has no {POLICY_LABEL} label and no profile; treated as {policy_class}"
+        findings.append(Finding("PA-K01", "", message))
+    findings += shape.check(spec, profile=profile, policy_class=policy_class)
+    findings += targets.check(
+        spec,
+        profile=profile,
+        policy_class=policy_class,
+        policy_gk=gk,
+        namespace=_namespace_of(obj),
+        view=view,
     )
+    return findings
 
-    return impact.policy_findings(obj, gk, view=view, settings=settings, old=old)
 
-
-def _delete_findings(
-    old: Mapping[str, Any], gk: GroupKind, *, view: ClusterView, settings: Settings
-) -> list[Finding]:
-    from webhook.core.rules import impact
-
-    key = key_of(old)
-    if key is None:
-        return []
-    return impact.delete_findings(old, gk, view=view, settings=settings)
+def spec_readable(obj: Mapping[str, Any]) -> bool:
+    """Whether the rules could read the policy's `spec` at all (else PA-S00 said why)."""
+    spec = spec_of(obj)
+    return spec is not None and _too_big(spec) is None
 
 
 def _too_big(spec: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -177,14 +146,3 @@ def _type_name(value: object) -> str:
         float: "a number",
         bool: "a boolean",
     }.get(type(value), type(value).__name__)
-
-
-def _label_hint() -> str:
-    return "gateway.networking.k8s.io/policy"
-
-
-def mutate(request: Request, *, view: ClusterView, settings: Settings) -> list[dict[str, Any]]:
-    """SPEC §3.1: the JSON Patch that sets (or removes) our annotation, and nothing else."""
-    from webhook.core.admission import mutation
-
-    return mutation.annotation_patch(request, view=view, settings=settings)

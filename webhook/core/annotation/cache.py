@@ -1,9 +1,10 @@
 """Effective-policy summaries, cached per object and dropped when any of their inputs change.
 
-SPEC §5.8: a cached summary MUST equal a fresh computation on the same state. Every store
-write drops the entries `dependencies.affected_by_change` names (computed on the views just
-before and just after the write); the TTL is a safety net only, never what keeps answers right.
-Pure and synchronous: use it from one thread (the event loop's), as the store itself.
+SPEC §5.8: a cached summary MUST equal a fresh computation on the same state. After every
+store write the `AffectedFeed` names the annotated objects whose summary may differ
+(`dependencies.affected_by_change`) and the cache drops exactly those; the TTL is a safety
+net only, never what keeps answers right. Pure and synchronous: use it from one thread (the
+event loop's), as the store itself.
 
 Decision: one entry per object — the whole annotation value, `None` for
 "no annotation" — not per context. The value is what the reconciler compares and patches, and
@@ -23,17 +24,11 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from webhook.core.annotation import dependencies, summary
-from webhook.core.engine import hierarchy_index
+from webhook.core.annotation import summary
+from webhook.core.annotation.dependencies import AffectedFeed
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
-from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import Store
-
-# Called after each store write with (changed key, old, new, annotated objects it affects).
-AffectedListener = Callable[
-    [ObjectKey, Mapping[str, Any] | None, Mapping[str, Any] | None, frozenset[ObjectKey]], None
-]
 
 # Objects (--cache-max-objects); an entry is one annotation string (≤ 16 KiB, most far less).
 # Past it entries are evicted, least recently used first: still right, but a policy change on
@@ -52,9 +47,8 @@ class _Entry:
 class SummaryCache:
     """`get(key)` is `summary.summarize(key, store, settings)`, remembered until it may change.
 
-    `hits`/`misses` are plain counters the shell exports as metrics; `dropped` counts entries
-    removed by dependency tracking. Listeners added with `add_listener` hear, after every
-    write, which annotated objects it affects — the reconciler's work list, computed once.
+    `hits`/`misses` are plain counters the shell exports as metrics. It hears what each write
+    affects from `feed` (its own when none is given: a test's, a benchmark's).
     """
 
     def __init__(
@@ -62,22 +56,18 @@ class SummaryCache:
         store: Store,
         settings: Settings,
         *,
+        feed: AffectedFeed | None = None,
         maxsize: int = DEFAULT_MAXSIZE,
         ttl: float = DEFAULT_TTL,
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
-        # The hierarchy index of a store is marked stale by a store listener of its own, and
-        # the store calls listeners in the order they subscribed: make sure that one runs
-        # before ours, or our "after" view would read the index of the state before the write.
-        hierarchy_index.index_for(store)
         self._store = store
         self._settings = settings
         self._entries: TTLCache[ObjectKey, _Entry] = TTLCache(maxsize, ttl, timer=timer)
-        self._listeners: list[AffectedListener] = []
         self.hits = 0
         self.misses = 0
-        self.dropped = 0
-        store.subscribe(self._on_change)
+        self.feed = feed if feed is not None else AffectedFeed(store)
+        self.feed.subscribe(self._drop, wanted=lambda: bool(self._entries))
 
     def get(self, key: ObjectKey) -> str | None:
         """The annotation value for `key` (None: no policy reaches it, or no such object)."""
@@ -113,45 +103,22 @@ class SummaryCache:
         entry = self._entries.get(key) if isinstance(key, ObjectKey) else None
         return entry is not None and not entry.stale
 
-    def invalidate_all(self) -> None:
-        """Forget everything (new operator config or settings; a test's fresh start)."""
-        self.dropped += len(self._entries)
-        self._entries.clear()
-
-    def add_listener(self, listener: AffectedListener) -> None:
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: AffectedListener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-
-    def _on_change(
-        self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+    def _drop(
+        self,
+        key: ObjectKey,
+        old: Mapping[str, Any] | None,
+        new: Mapping[str, Any] | None,
+        affected: frozenset[ObjectKey],
     ) -> None:
-        if not self._entries and not self._listeners:
-            return  # nothing cached can go stale, nobody waits for work: skip the fan-out
-        # The store calls us after the write: put the old object back (or take the new one
-        # out) to see the cluster as it was just before.
-        before = OverlayView(
-            self._store,
-            upserts=[old] if old is not None else (),
-            deletes=[key] if old is None else (),
-        )
-        affected = frozenset(
-            dependencies.affected_by_change(key, old, new, before=before, after=self._store)
-        )
         kind = self._policy_kind(key, old, new)
         for stale in affected:
             entry = self._entries.get(stale)
             if entry is None:
                 continue
-            self.dropped += 1
             if kind is not None and entry.spans is not None:
                 entry.stale.add(kind)  # only that kind's piece can differ
             else:
                 del self._entries[stale]
-        for listener in list(self._listeners):
-            listener(key, old, new, affected)
 
     def _policy_kind(
         self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None

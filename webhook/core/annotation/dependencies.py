@@ -1,8 +1,8 @@
 """Dependency tracking: which annotated objects' summaries may change when one object changes.
 
 The cache (SPEC §5.8) drops exactly these entries and the reconciler (SPEC §3.2) re-checks
-exactly these objects, so a key missing here is a stale annotation: every answer errs on the
-side of too many. Inputs are the changed object before and after, and the cluster seen before
+exactly these objects (both hear them from one `AffectedFeed`), so a key missing here is a
+stale annotation: every answer errs on the side of too many. Inputs are the changed object before and after, and the cluster seen before
 and after the change (an `OverlayView` of the store gives the "before"). Pure; never writes.
 
 What a summary reads, and so what can change it (effective.py, hierarchy.py, grants.py):
@@ -21,17 +21,17 @@ Nothing else is read: a change to annotations, status, resourceVersion or manage
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.core.engine import hierarchy, hierarchy_index
-from webhook.core.engine.attachment import policy_targets
+from webhook.core.engine import hierarchy, memo
 from webhook.core.model import kinds
 from webhook.core.model.labels import labels_of
 from webhook.core.model.policy import read_policy
 from webhook.core.model.profiles import defined_kind, unknown_profile
 from webhook.core.model.refs import ObjectKey
-from webhook.core.state.store import ClusterView
+from webhook.core.state.overlay import OverlayView
+from webhook.core.state.store import ClusterView, Store, policy_targets
 
 Obj = Mapping[str, Any]
 
@@ -45,6 +45,47 @@ _HIERARCHY_KINDS = frozenset(
 )
 # What attaches by Namespace selectors: routes (allowedRoutes), ListenerSets (allowedListeners).
 _SELECTED_KINDS = frozenset({kinds.LISTENER_SET, *kinds.ROUTE_KINDS})
+
+
+# Called after each store write with (changed key, old, new, annotated objects it affects).
+AffectedListener = Callable[
+    [ObjectKey, Mapping[str, Any] | None, Mapping[str, Any] | None, frozenset[ObjectKey]], None
+]
+
+
+class AffectedFeed:
+    """After each write to a store, which annotated objects it affects — worked out once, for
+    every subscriber: the summary cache drops those entries, the leader's reconciler re-checks
+    those objects. Skipped when no subscriber wants it (an empty cache, no leader)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._listeners: list[tuple[AffectedListener, Callable[[], bool]]] = []
+        store.subscribe(self._on_write)
+
+    def subscribe(
+        self, listener: AffectedListener, *, wanted: Callable[[], bool] = lambda: True
+    ) -> None:
+        """`listener` hears every write for which `wanted()` (or another's) is true."""
+        self._listeners.append((listener, wanted))
+
+    def unsubscribe(self, listener: AffectedListener) -> None:
+        self._listeners = [(lst, w) for lst, w in self._listeners if lst != listener]
+
+    def _on_write(self, key: ObjectKey, old: Obj | None, new: Obj | None) -> None:
+        listeners = list(self._listeners)
+        if not any(wanted() for _, wanted in listeners):
+            return
+        # The store calls us after the write: put the old object back (or take the new one
+        # out) to see the cluster as it was just before.
+        before = OverlayView(
+            self._store,
+            upserts=[old] if old is not None else (),
+            deletes=[key] if old is None else (),
+        )
+        affected = frozenset(affected_by_change(key, old, new, before=before, after=self._store))
+        for listener, _ in listeners:
+            listener(key, old, new, affected)
 
 
 def affected_by_change(
@@ -125,7 +166,7 @@ def _namespace_change(
         return set()
     out: set[ObjectKey] = set()
     for view in (before, after):
-        for member in hierarchy_index.index_for(view).in_namespace(key.name):
+        for member in memo.index_of(view).in_namespace(key.name):
             if member.group_kind in _SELECTED_KINDS:
                 out |= _reach(member, None, view)
     return out
@@ -149,7 +190,7 @@ def _grant_change(namespace: str, before: ClusterView, after: ClusterView) -> se
             if target.namespace == namespace and target.namespace != policy.key.namespace:
                 out |= _reach(target, section, before, after, inherited=inherited)
     # 2. A route's backendRef into this Namespace counts only with a grant (hierarchy.py).
-    index = hierarchy_index.index_for(after)
+    index = memo.index_of(after)
     for member in index.in_namespace(namespace):
         if member.group_kind != kinds.SERVICE or after.get(member) is None:
             continue

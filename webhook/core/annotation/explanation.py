@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.core.engine.board import ContextResult
 from webhook.core.engine.effective import KindResult
+from webhook.core.model import pointer
 from webhook.core.model.leaves import is_unset
 from webhook.core.model.refs import GroupKind, ObjectKey
 
@@ -119,9 +120,6 @@ def _context_block(group: list[ContextResult]) -> list[str]:
     return lines
 
 
-def _value_at(effective: Any, pointer: str) -> str:
-    node = effective
-    for part in pointer.lstrip("/").split("/") if pointer != "/" else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        node = node[int(part)] if isinstance(node, list) else node[part]
+def _value_at(effective: Any, at: str) -> str:
+    node = pointer.resolve(effective, at)
     return "unset" if is_unset(node) else json.dumps(node, separators=(",", ":"), sort_keys=True)

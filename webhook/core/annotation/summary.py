@@ -10,11 +10,10 @@ whole anyway; the cap is a target for the rest, never a reason to hide which pol
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core.annotation import compact_json
-from webhook.core.engine import effective
-from webhook.core.engine import memo as derived
+from webhook.core.engine import effective, memo
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.overlay import OverlayView
@@ -41,40 +40,46 @@ def summarize_in_pieces(
 ) -> tuple[str | None, Spans | None]:
     """The value and where each kind's piece lies in it (None: truncated, no pieces)."""
     results = effective.compute(key, view, with_losers=False)
-    memo = derived.engine_memo(view).dumps
-    return _rendered(results, settings.annotation_max_bytes, memo)
+    return _rendered(results, settings.annotation_max_bytes, memo.engine_of(view).dumps)
 
 
 def kind_pieces(key: ObjectKey, view: ClusterView, gk: GroupKind) -> Pieces:
     """The piece of one kind for one object ({} when that kind no longer reaches it)."""
     results = effective.compute(key, view, with_losers=False, only=gk)
-    return pieces_of(results, derived.engine_memo(view).dumps)
+    return pieces_of(results, memo.engine_of(view).dumps)
 
 
-# A shared board's JSON, kept for as long as the engine keeps the board (`derived`): the
-# effective value and sources it was made from (held, so that their ids stay theirs), the
-# sources as JSON-ready data, the group's key, and the effective value's own dump.
-Dumped = tuple[Mapping[str, Any], Mapping[str, Any], dict[str, Any], str, str]
+class DumpedGroup(NamedTuple):
+    """A shared board's JSON, kept in the engine memo for as long as the board itself."""
+
+    effective: Mapping[str, Any]  # held, so that its id stays its own while kept
+    sources: Mapping[str, Any]  # likewise (the board's `Source`s)
+    sources_json: dict[str, Any]  # the sources as JSON-ready data
+    group_key: str  # `[effective, sources]` dumped: contexts alike in both are one entry
+    effective_json: str  # the effective value dumped
+
+
+Dumps = memo.Table[tuple[int, int], Any]  # (id of effective, id of sources) → DumpedGroup
 
 
 def render(
     results: Sequence[effective.KindResult],
     *,
     max_bytes: int,
-    memo: dict[tuple[int, int], Dumped] | None = None,
+    dumps: Dumps | None = None,
 ) -> str | None:
-    return _rendered(results, max_bytes, memo if memo is not None else {})[0]
+    return _rendered(results, max_bytes, dumps if dumps is not None else {})[0]
 
 
 def _rendered(
     results: Sequence[effective.KindResult],
     max_bytes: int,
-    memo: dict[tuple[int, int], Dumped],
+    dumps: Dumps,
 ) -> tuple[str | None, Spans | None]:
-    fitted = fit(pieces_of(results, memo), max_bytes)
+    fitted = fit(pieces_of(results, dumps), max_bytes)
     if fitted is not None:
         return fitted
-    return dump(_truncated(summary_value(results, memo), max_bytes)), None
+    return dump(_truncated(summary_value(results, dumps), max_bytes)), None
 
 
 # The value is assembled from one piece per kind — the JSON of `policies[kind]` — so that the
@@ -83,11 +88,9 @@ Pieces = dict[str, str]  # kind name (`RetryPolicy.policies.example.com`) → it
 Spans = dict[str, tuple[int, int]]  # kind name → where its piece lies in the value
 
 
-def pieces_of(
-    results: Sequence[effective.KindResult], memo: dict[tuple[int, int], Dumped] | None = None
-) -> Pieces:
-    memo = memo if memo is not None else {}
-    return {str(r.group_kind): dump(_kind_entry(r, memo)) for r in results}
+def pieces_of(results: Sequence[effective.KindResult], dumps: Dumps | None = None) -> Pieces:
+    dumps = dumps if dumps is not None else {}
+    return {str(r.group_kind): dump(_kind_entry(r, dumps)) for r in results}
 
 
 def assemble(pieces: Pieces) -> tuple[str | None, Spans]:
@@ -122,43 +125,40 @@ def pieces_in(value: str, spans: Spans) -> Pieces:
 
 
 def summary_value(
-    results: Sequence[effective.KindResult], memo: dict[tuple[int, int], Dumped] | None = None
+    results: Sequence[effective.KindResult], dumps: Dumps | None = None
 ) -> dict[str, Any]:
     """The whole, untruncated v1 value as plain JSON-ready data."""
-    memo = memo if memo is not None else {}
+    dumps = dumps if dumps is not None else {}
     return {
         "version": VERSION,
-        "policies": {str(r.group_kind): _kind_entry(r, memo) for r in results},
+        "policies": {str(r.group_kind): _kind_entry(r, dumps) for r in results},
         "truncated": False,
     }
 
 
-def _kind_entry(
-    result: effective.KindResult, memo: dict[tuple[int, int], Dumped]
-) -> dict[str, Any]:
+def _kind_entry(result: effective.KindResult, dumps: Dumps) -> dict[str, Any]:
     # Contexts with the same policies along them share one result object (within an object
-    # and, through `derived`, across objects): dump each once.
+    # and, through the engine memo, across objects): dump each once.
     groups: dict[str, tuple[dict[str, Any], set[tuple[str, ...]], str]] = {}
     for found in result.groups:
         identity = (id(found.effective), id(found.sources))
-        done = memo.get(identity)
+        done = dumps.get(identity)
         if done is None:
             sources = {ptr: src.as_json() for ptr, src in found.sources.items()}
             group_key = dump([found.effective, sources])  # alike in both: one entry
-            done = memo[identity] = (
+            done = dumps[identity] = DumpedGroup(
                 found.effective,
                 found.sources,
                 sources,
                 group_key,
                 dump(found.effective),
             )
-        _, _, sources, group_key, effective_dump = done
-        group = groups.get(group_key)
+        group = groups.get(done.group_key)
         if group is None:
-            group = groups[group_key] = (
-                {"effective": found.effective, "sources": sources},
+            group = groups[done.group_key] = (
+                {"effective": found.effective, "sources": done.sources_json},
                 set(),
-                effective_dump,
+                done.effective_json,
             )
         group[1].update(map(result.all_paths.__getitem__, found.indices))
     ordered = sorted(  # the group key last: unique, so that entries are never compared

@@ -1,9 +1,11 @@
-"""Attachment: what hierarchy objects say about each other, and who may attach where.
+"""Attachment: who attaches where — policies to their targets, objects to each other.
 
-Read from one object at a time, no paths: a route's parentRefs and backendRefs (defaults
-filled in), a ListenerSet's parent, LabelSelectors, `allowedRoutes`/`allowedListeners`, and
-whether a cross-namespace backendRef is granted. `hierarchy` builds contexts from these; the
-rules read them too. Decisions (SPEC §4.2, docs/decisions.md): `from: Selector` sees the
+- Policies: where a policy counts (SPEC §2.2, the engine's side of PA-T01/T03/T04, whose
+  admission side `rules.targets` reports with the same predicates), and the policies attached
+  to each object and rung (`Attachments`), kept in the engine memo for the view's state.
+- Hierarchy objects, read one at a time, no paths: a route's parentRefs and backendRefs
+  (defaults filled in), a ListenerSet's parent, `allowedRoutes`/`allowedListeners`, and whether
+  a cross-namespace backendRef is granted. `hierarchy` builds contexts from these. Decisions (SPEC §4.2, docs/decisions.md): `from: Selector` sees the
 Namespace's labels plus `kubernetes.io/metadata.name`, which the API server sets on every
 Namespace (also when the Namespace object is not known); only Service backends count.
 """
@@ -12,21 +14,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.core.model import kinds
 from webhook.core.model.labels import selector_matches
 from webhook.core.model.policy import Policy
+from webhook.core.model.profiles import KindProfile
 from webhook.core.model.refs import (
     CORE_GROUP,
     GATEWAY_GROUP,
     GroupKind,
     ObjectKey,
     canonical_group,
-    key_of,
 )
 from webhook.core.state.grants import reference_granted
 from webhook.core.state.store import ClusterView
+
+if TYPE_CHECKING:
+    from webhook.core.engine.hierarchy import Rung
+    from webhook.core.engine.memo import EngineMemo
 
 NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every Namespace
 
@@ -101,17 +107,78 @@ def _list(value: object) -> Iterator[Mapping[str, Any]]:
         yield from (item for item in value if isinstance(item, Mapping))
 
 
-def policy_targets(policy: Policy, view: ClusterView) -> list[tuple[ObjectKey, str | None]]:
-    """Where a policy attaches in `view`: what each targetRef names (with its section), and
-    every object its `targetSelectors` pick there now (SPEC §1.7), in a fixed order."""
+# --- where a policy counts (SPEC §2.2) ---------------------------------------------------------
+
+
+def own_namespace_only(policy_namespace: str, target: ObjectKey) -> bool:
+    """PA-T04's fact: a policy in a namespace may target only its own Namespace."""
+    return target.group_kind != kinds.NAMESPACE or target.name == policy_namespace
+
+
+def crossing_allowed(
+    policy_gk: GroupKind,
+    policy_namespace: str,
+    target: ObjectKey,
+    profile: KindProfile,
+    view: ClusterView,
+) -> bool:
+    """PA-T03's fact: a namespaced target of another namespace counts only with a
+    ReferenceGrant there, and never where the kind's profile says `crossNamespace: deny`.
+    A cluster-scoped policy crosses nothing (it is a cluster admin's object)."""
+    if not policy_namespace or not target.namespace or target.namespace == policy_namespace:
+        return True
+    if profile.cross_namespace == "deny":
+        return False
+    return reference_granted(policy_gk, policy_namespace, target, view)
+
+
+def counts_on(policy: Policy, target: ObjectKey, view: ClusterView) -> bool:
+    """Whether a policy that names `target` takes part in its effective policy: a target kind
+    its profile lists (else PA-T01: not shown), its own Namespace only, a crossing granted."""
+    gk = policy.key.group_kind
+    profile = view.profile(gk)
     namespace = policy.key.namespace
-    found = {(ref.target_key(namespace), ref.section_name) for ref in policy.targets}
-    for gk in {selector.group_kind for selector in policy.selectors}:
-        for obj in view.objects(gk):
-            key = key_of(obj)
-            if key is not None and policy.selects(key, obj):
-                found.add((key, None))
-    return sorted(found, key=lambda pair: (pair[0], pair[1] or ""))
+    return (
+        target.group_kind in profile.allowed_targets
+        and (not namespace or own_namespace_only(namespace, target))
+        and crossing_allowed(gk, namespace, target, profile, view)
+    )
+
+
+class Attachments:
+    """The policies that count on each object and on each rung (object and section), found
+    once per state of the view and kept in its engine memo."""
+
+    def __init__(self, view: ClusterView, memo: EngineMemo) -> None:
+        self._view = view
+        self._on = memo.attached
+        self._at = memo.by_rung
+
+    def on(self, key: ObjectKey) -> list[tuple[Policy, str | None]]:
+        """(policy, section or None) for every policy attached to `key`, SPEC §4.4 order."""
+        found = self._on.get(key)
+        if found is None:
+            obj = self._view.get(key)
+            pairs = {
+                (p.key, section): (p, section)
+                for p in self._view.policies_targeting(key)
+                if counts_on(p, key, self._view)
+                for section in p.sections_on(key, obj)
+            }
+            found = sorted(pairs.values(), key=lambda ps: (ps[0].order_key, ps[1] or ""))
+            self._on[key] = found
+        return found
+
+    def at(self, rung: Rung) -> Mapping[GroupKind, list[Policy]]:
+        """The policies attached exactly at `rung` (its object and section), by kind."""
+        found = self._at.get(rung)
+        if found is None:
+            found = {}
+            for policy, section in self.on(rung.key):
+                if section == rung.section:
+                    found.setdefault(policy.key.group_kind, []).append(policy)
+            self._at[rung] = found
+        return found
 
 
 # --- who may attach where --------------------------------------------------------------------

@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from webhook.core.engine import memo as derived
 from webhook.core.engine.attachment import (
     BackendRef,
     ParentRef,
@@ -41,7 +40,8 @@ from webhook.core.engine.attachment import (
     parent_refs,
     spec_mapping,
 )
-from webhook.core.engine.hierarchy_index import HierarchyIndex, index_for
+from webhook.core.engine.hierarchy_index import HierarchyIndex
+from webhook.core.engine.memo import StructureMemo, index_of, shared_structure, structure_of
 from webhook.core.model import kinds
 from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, ObjectKey
 from webhook.core.state.overlay import OverlayView
@@ -108,36 +108,24 @@ def contexts_of(
     """Every context that ends at `key` (or at one of its sections, for Service ports)."""
     if incoming is not None:
         view = OverlayView(view, upserts=[incoming])
-    return list(_known_contexts(key, view, _memo_for(view)))
+    return list(_known_contexts(key, view, structure_of(view)))
 
 
-def _memo_for(view: ClusterView) -> derived.StructureMemo:
-    """The view's structure memo; where none can be shared (an overlay that replaces a
-    hierarchy object), a scratch one that lives as long as the call that asked for it."""
-    return derived.structure_memo(view) or derived.StructureMemo(-1, derived.MIN_ENTRIES)
-
-
-def _known_contexts(
-    key: ObjectKey, view: ClusterView, memo: derived.StructureMemo
-) -> tuple[Context, ...]:
+def _known_contexts(key: ObjectKey, view: ClusterView, memo: StructureMemo) -> tuple[Context, ...]:
     found = memo.contexts.get(key)
     if found is None:
         found = memo.contexts[key] = _contexts(key, view, memo)
     return found
 
 
-def _backends(
-    route: ObjectKey, obj: Mapping[str, Any], memo: derived.StructureMemo
-) -> list[BackendRef]:
+def _backends(route: ObjectKey, obj: Mapping[str, Any], memo: StructureMemo) -> list[BackendRef]:
     found = memo.backends.get(route)
     if found is None:
         found = memo.backends[route] = backend_refs(route, obj)
     return found
 
 
-def _contexts(
-    key: ObjectKey, view: ClusterView, memo: derived.StructureMemo
-) -> tuple[Context, ...]:
+def _contexts(key: ObjectKey, view: ClusterView, memo: StructureMemo) -> tuple[Context, ...]:
     obj = view.get(key)
     if obj is None:
         return ()
@@ -266,7 +254,7 @@ def _parent_contexts(ref: ParentRef, route: ObjectKey, view: ClusterView) -> lis
 
 
 def _service_contexts(
-    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: derived.StructureMemo
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: StructureMemo
 ) -> list[Context]:
     ports: dict[int, str] = {}
     for item in kinds.section_items(kinds.SERVICE, obj):
@@ -275,7 +263,7 @@ def _service_contexts(
             ports.setdefault(number, name)
     out: list[Context] = []
     standalone = _standalone(key)
-    for route in sorted(index_for(view).routes_of_backend(key)):
+    for route in sorted(index_of(view).routes_of_backend(key)):
         route_obj = view.get(route)
         if route_obj is None:
             continue
@@ -308,9 +296,9 @@ def affected_by(
     right for hierarchy changes: a Namespace's labels or ReferenceGrants → `Namespace/<ns>`;
     a changed route or Gateway → the union over the views before and after the change.
     """
-    structure = derived.structure_memo(view)
+    structure = shared_structure(view)
     if structure is None:
-        return _affected_by(target, section, view, inherited, _memo_for(view))
+        return _affected_by(target, section, view, inherited, structure_of(view))
     # Who lies below a rung is structure only: kept until a hierarchy object changes, so a
     # wide policy's impact preview and fan-out walk the tree once, not on every review.
     found = structure.reach.get((target, section, inherited))
@@ -325,9 +313,9 @@ def _affected_by(
     section: str | None,
     view: ClusterView,
     inherited: bool,
-    memo: derived.StructureMemo,
+    memo: StructureMemo,
 ) -> set[ObjectKey]:
-    index = index_for(view)
+    index = index_of(view)
     out: set[ObjectKey] = set()
     if target.group_kind in kinds.ANNOTATED_KINDS and view.get(target) is not None:
         out.add(target)
@@ -348,7 +336,7 @@ def _affected_by(
 
 
 def _children(
-    rung: Rung, view: ClusterView, index: HierarchyIndex, memo: derived.StructureMemo
+    rung: Rung, view: ClusterView, index: HierarchyIndex, memo: StructureMemo
 ) -> list[ObjectKey]:
     """The objects one level below `rung`, each admitted there.
 

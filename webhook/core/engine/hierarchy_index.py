@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from weakref import WeakKeyDictionary
 
 from webhook.core.engine.attachment import (
     backend_refs,
@@ -21,19 +20,20 @@ from webhook.core.engine.attachment import (
 )
 from webhook.core.model import kinds
 from webhook.core.model.refs import ObjectKey
-from webhook.core.state.overlay import OverlayView
-from webhook.core.state.store import ClusterView, Store
+from webhook.core.state.store import ClusterView
 
 Table = Literal["class", "listenerset", "parent", "backend", "namespace"]
 Bucket = tuple[Table, object]
-_HIERARCHY_KINDS = frozenset({kinds.GATEWAY, kinds.LISTENER_SET, *kinds.ROUTE_KINDS, kinds.SERVICE})
+# The kinds whose objects refer to others up the hierarchy, or are referred to: a write to one
+# of them is what makes an index stale (`memo.StoreMemo.index`).
+INDEXED_KINDS = frozenset({kinds.GATEWAY, kinds.LISTENER_SET, *kinds.ROUTE_KINDS, kinds.SERVICE})
 
 
 @dataclass(frozen=True, slots=True)
 class HierarchyIndex:
     """Raw references between hierarchy objects, by referent, for reverse lookups.
 
-    Built once per store state (`index_for` caches it until a hierarchy object changes).
+    Built once per store state (`memo.StoreMemo` keeps it until a hierarchy object changes).
     Holds what objects *say* (parentRefs, backendRefs, class names), not whether they are
     admitted: callers check admission on the few candidates. An overlaid view gets a thin
     layer (`base` plus what its few objects add or remove), never a copy.
@@ -86,7 +86,7 @@ class HierarchyIndex:
 def _edges(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Bucket, ObjectKey]]:
     """What one object contributes to the index."""
     gk = key.group_kind
-    if gk not in _HIERARCHY_KINDS:
+    if gk not in INDEXED_KINDS:
         return
     if key.namespace:
         yield ("namespace", key.namespace), key
@@ -107,7 +107,7 @@ def _edges(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Bucket, Obj
 
 def build_index(view: ClusterView) -> HierarchyIndex:
     buckets: dict[Bucket, set[ObjectKey]] = {}
-    for gk in sorted(_HIERARCHY_KINDS):
+    for gk in sorted(INDEXED_KINDS):
         for obj in view.objects(gk):
             meta = obj.get("metadata")
             name = meta.get("name") if isinstance(meta, Mapping) else None
@@ -118,37 +118,3 @@ def build_index(view: ClusterView) -> HierarchyIndex:
             for bucket, member in _edges(key, obj):
                 buckets.setdefault(bucket, set()).add(member)
     return HierarchyIndex({b: frozenset(m) for b, m in buckets.items()})
-
-
-class _Cached:
-    """One store's index, marked stale by the store's change feed (hierarchy kinds only)."""
-
-    __slots__ = ("index", "stale")
-
-    def __init__(self) -> None:
-        self.index: HierarchyIndex | None = None
-        self.stale = True
-
-    def on_change(self, key: ObjectKey, old: object, new: object) -> None:
-        if key.group_kind in _HIERARCHY_KINDS:
-            self.stale = True
-
-
-_CACHE: WeakKeyDictionary[Store, _Cached] = WeakKeyDictionary()
-
-
-def index_for(view: ClusterView) -> HierarchyIndex:
-    """The index of a view: cached per Store, layered for an overlay, else built afresh."""
-    if isinstance(view, OverlayView):
-        return index_for(view.base).overlaid(view.changes())
-    if not isinstance(view, Store):
-        return build_index(view)
-    cached = _CACHE.get(view)
-    if cached is None:
-        cached = _Cached()
-        view.subscribe(cached.on_change)
-        _CACHE[view] = cached
-    if cached.stale or cached.index is None:
-        cached.index = build_index(view)
-        cached.stale = False
-    return cached.index

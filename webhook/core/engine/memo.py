@@ -1,53 +1,62 @@
-"""Work that computations on one state of the cluster share, kept until that state changes.
+"""Work that computations on one state of the cluster share, and when each part is dropped.
 
 Computing one object's effective policy means finding its contexts, the policies at each rung,
 each policy's leaves, and one board per distinct set of policies met. Objects share almost all
 of that: 10,000 routes of one Gateway have the same rungs above them and meet the same
 policies there. Computed per object it is paid 10,000 times; kept here, once.
 
-Three memos, because their inputs differ:
-- `StructureMemo` — contexts, which read only hierarchy objects (Gateways, routes, Services,
-  GatewayClasses, Namespaces, ReferenceGrants). A policy edit leaves it valid, so a policy's
-  fan-out and impact preview find every context already known.
-- `LadderMemo` — per object, which rungs of its contexts hold policies and of which kinds:
-  structure, plus where policies attach. An edit of a policy's values (its targets unchanged,
-  the common edit) leaves it valid, so that edit's fan-out starts from each object's ladder.
-- `EngineMemo` — policies attached per key, stanza leaves, and board results per signature.
-  Any write makes it stale.
+One owner per view: a `Store` holds a `StoreMemo` (`store.memo`), an `OverlayView` an
+`OverlayMemo` (`overlay.memo`), made here on first use; any other view gets scratch memos that
+live as long as the call. Every part is checked against the store's revision counters each time
+it is asked for, and started over when an input may have changed — nothing is pushed by
+listeners, so no order of subscribers can let a reader see a memo of the state before a write.
 
-Validity is checked against the store's revisions on every access, never pushed by listeners,
-so no subscription order can let a reader see a memo of the state before a write. A view that
-is not a `Store` (a test's own) gets a fresh memo per call; an `OverlayView` shares its base's
-structure memo when it overlays no hierarchy object, and its engine memo when it overlays
-no policy, CRD or ReferenceGrant (a route submitted to `/mutate`); an overlay of policies (a
-policy under review) layers its own entries for what they touch over its base's memo.
-Pure and synchronous, like the store: one thread.
+| part | holds | started over when |
+|---|---|---|
+| `index` | references between hierarchy objects, by referent (`hierarchy_index`) | a hierarchy object is written |
+| `structure` | contexts, printed paths, parentRef and backendRef readings, reach below rungs | a structural object is written |
+| `ladders` | per annotated object: its contexts grouped by the rungs holding policies, the kinds reaching it, its sections | `structure` starts over, or a policy moves (the store's `attachment_revision`) |
+| `engine` | policies attached per key and rung, stanza leaves, board results, and each board's JSON for the annotation (`summary`) | any write |
+
+A part past its bound (`entry_limit`) starts over too: paid as recomputation, never as a wrong
+answer. Pure and synchronous, like the store: one thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
-from weakref import WeakKeyDictionary
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from webhook.core.engine.attachment import policy_targets
+from webhook.core.engine import hierarchy_index
 from webhook.core.model import kinds
 from webhook.core.model.labels import labels_of
+from webhook.core.model.policy import Policy
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.state.overlay import OverlayView
-from webhook.core.state.store import ClusterView, Store
+from webhook.core.state.store import ClusterView, Store, policy_targets
+
+if TYPE_CHECKING:
+    from webhook.core.engine.attachment import BackendRef
+    from webhook.core.engine.board import ContextResult
+    from webhook.core.engine.hierarchy import Context, ParentMemo, Rung
+    from webhook.core.engine.hierarchy_index import HierarchyIndex
+    from webhook.core.engine.ladder import Reached
+    from webhook.core.model.leaves import Path
 
 # What contexts are made of (hierarchy.py reads nothing else): the objects on the ladder — the
 # annotated kinds — and what decides admission onto it (Namespace labels, ReferenceGrants).
 STRUCTURAL_KINDS: frozenset[GroupKind] = frozenset(
     {*kinds.ANNOTATED_KINDS, kinds.NAMESPACE, kinds.REFERENCE_GRANT}
 )
+# What the engine part is made of besides policies: the kinds' profiles (CRDs) and
+# ReferenceGrants (cross-namespace targets). Nothing structural.
+_ENGINE_INPUTS = frozenset({kinds.CRD, kinds.REFERENCE_GRANT})
 
-# A memo starts over past this many entries per object in the store (plus a floor): a bound on
-# memory that grows with the cluster, as the memo does (about 5 structure and 3 engine entries
-# per object at the benchmark's shape), paid as recomputation, never as a wrong answer. A fixed
-# bound made growth superlinear: past it, memos started over on every access.
+# A part starts over past this many entries per object in the store (plus a floor): a bound on
+# memory that grows with the cluster, as the memo does (a few entries per object), paid as
+# recomputation. A fixed bound would make growth superlinear: past it, parts would start over
+# on every access.
 ENTRIES_PER_OBJECT = 20
 MIN_ENTRIES = 50_000
 
@@ -56,141 +65,274 @@ def entry_limit(store: Store) -> int:
     return MIN_ENTRIES + ENTRIES_PER_OBJECT * store.size()
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+K_in = TypeVar("K_in", bound=Hashable, contravariant=True)
+
+
+class Table(Protocol[K_in, V]):
+    """What the engine does with a memo table: a `dict`, or an overlay's `Layered` one."""
+
+    def get(self, key: K_in, /) -> V | None: ...
+
+    def __contains__(self, key: K_in, /) -> bool: ...
+
+    def __getitem__(self, key: K_in, /) -> V: ...
+
+    def __setitem__(self, key: K_in, value: V, /) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+class Layered(Generic[K, V]):
+    """An overlay's own entries, over its base's for the keys `shared` says it leaves alone.
+
+    What the overlay computes goes into its own entries, never into the base's."""
+
+    __slots__ = ("_base", "_own", "_shared")
+
+    def __init__(self, base: Table[K, V], shared: Callable[[K], bool]) -> None:
+        self._own: dict[K, V] = {}
+        self._base = base
+        self._shared = shared
+
+    def get(self, key: K) -> V | None:
+        found = self._own.get(key)
+        if found is None and self._shared(key):
+            return self._base.get(key)
+        return found
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._own or (self._shared(key) and key in self._base)
+
+    def __getitem__(self, key: K) -> V:
+        if key in self._own or not self._shared(key):
+            return self._own[key]
+        return self._base[key]
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._own[key] = value
+
+    def __len__(self) -> int:
+        return len(self._own)
+
+
 @dataclass(slots=True)
 class StructureMemo:
-    """Contexts per object, and what each parentRef gives a route (see `hierarchy`)."""
+    """Contexts and what they are made of (see `hierarchy`): structure only."""
 
-    revision: int
+    revision: int  # the store revision it was made at
     limit: int
     checked: int = -1  # the store revision at which it was last found valid
-    contexts: dict[ObjectKey, tuple[Any, ...]] = field(default_factory=dict)
-    parents: dict[Any, list[Any]] = field(default_factory=dict)
-    paths: dict[Any, tuple[str, ...]] = field(default_factory=dict)  # context → printed path
-    backends: dict[ObjectKey, list[Any]] = field(default_factory=dict)  # route → backendRefs
-    reach: dict[Any, frozenset[ObjectKey]] = field(default_factory=dict)  # see affected_by
+    contexts: dict[ObjectKey, tuple[Context, ...]] = field(default_factory=dict)
+    parents: ParentMemo = field(default_factory=dict)
+    paths: dict[Context, tuple[str, ...]] = field(default_factory=dict)  # context → printed
+    backends: dict[ObjectKey, list[BackendRef]] = field(default_factory=dict)  # route → refs
+    reach: dict[tuple[ObjectKey, str | None, bool], frozenset[ObjectKey]] = field(
+        default_factory=dict
+    )  # (rung, inherited) → the objects below it (`hierarchy.affected_by`)
     reached: int = 0  # keys held in `reach`, all entries together
 
-    def remember_reach(self, memo_key: Any, found: frozenset[ObjectKey]) -> None:
+    def remember_reach(
+        self, memo_key: tuple[ObjectKey, str | None, bool], found: frozenset[ObjectKey]
+    ) -> None:
         self.reach[memo_key] = found
         self.reached += len(found)
 
     def full(self) -> bool:
-        return (
-            len(self.contexts)
-            + len(self.parents)
-            + len(self.paths)
-            + len(self.backends)
-            + self.reached
-            > self.limit
-        )
+        held = len(self.contexts) + len(self.parents) + len(self.paths) + len(self.backends)
+        return held + self.reached > self.limit
 
 
 @dataclass(slots=True)
 class LadderMemo:
-    """Per object, what `effective` needs before reading any policy's values (see there)."""
+    """Per annotated object, what `effective` needs before reading any policy's values."""
 
     revision: int
     attachments: int  # the store's `attachment_revision` when it was made
     limit: int
-    checked: int = -1  # the store revision at which it was last found valid
-    ladders: dict[ObjectKey, Any] = field(default_factory=dict)
-    shared: dict[Any, Any] = field(default_factory=dict)  # equal parts of ladders, one object
+    checked: int = -1
+    reached: dict[ObjectKey, Reached] = field(default_factory=dict)
+    shared: dict[Any, Any] = field(default_factory=dict)  # equal parts of entries, kept once
 
     def full(self) -> bool:
-        return len(self.ladders) + len(self.shared) > self.limit
+        return len(self.reached) + len(self.shared) > self.limit
 
 
 @dataclass(slots=True)
 class EngineMemo:
-    """Per-state results of the precedence engine (see `effective`) and of `summary`."""
+    """Per-state results of the precedence engine, and the annotation's JSON of its boards."""
 
     revision: int
     limit: int
-    attached: dict[ObjectKey, list[Any]] = field(default_factory=dict)
-    by_rung: dict[Any, dict[GroupKind, list[Any]]] = field(default_factory=dict)
-    leaves: dict[Any, Any] = field(default_factory=dict)
-    boards: dict[Any, Any] = field(default_factory=dict)
-    dumps: dict[tuple[int, int], Any] = field(default_factory=dict)  # see summary.Dumped
+    attached: Table[ObjectKey, list[tuple[Policy, str | None]]] = field(default_factory=dict)
+    by_rung: Table[Rung, dict[GroupKind, list[Policy]]] = field(default_factory=dict)
+    leaves: Table[tuple[ObjectKey, str], dict[Path, Any]] = field(default_factory=dict)
+    boards: Table[tuple[GroupKind, bool, tuple[Rung, ...]], ContextResult] = field(
+        default_factory=dict
+    )
+    # `summary.DumpedGroup` by the ids of a board's effective value and sources: made in the
+    # layer above, held here so that it lives exactly as long as the boards it was made from.
+    dumps: Table[tuple[int, int], Any] = field(default_factory=dict)
 
     def full(self) -> bool:
-        return (
-            len(self.attached) + len(self.by_rung) + len(self.boards) + len(self.dumps) > self.limit
+        return len(self.attached) + len(self.by_rung) + len(self.boards) + len(self.dumps) > (
+            self.limit
         )
 
 
-@dataclass(slots=True)
-class _StoreMemos:
-    structure: StructureMemo
-    ladder: LadderMemo
-    engine: EngineMemo
+class StoreMemo:
+    """Every memo of one store, each renewed when the store's revisions say it may be stale."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        limit = entry_limit(store)
+        self._index: HierarchyIndex | None = None
+        self._index_revision = -1
+        self._structure = StructureMemo(store.revision, limit)
+        self._ladders = LadderMemo(store.revision, store.attachment_revision, limit)
+        self._engine = EngineMemo(store.revision, limit)
+
+    def index(self) -> HierarchyIndex:
+        store = self._store
+        changed = store.last_change(hierarchy_index.INDEXED_KINDS)
+        if self._index is None or changed > self._index_revision:
+            self._index = hierarchy_index.build_index(store)
+            self._index_revision = store.revision
+        return self._index
+
+    def structure(self) -> StructureMemo:
+        store, memo = self._store, self._structure
+        if memo.checked == store.revision and not memo.full():
+            return memo  # no write since the last look: the common case, made cheap
+        if memo.revision < store.last_change(STRUCTURAL_KINDS) or memo.full():
+            memo = self._structure = StructureMemo(store.revision, entry_limit(store))
+        memo.checked = store.revision
+        return memo
+
+    def ladders(self) -> LadderMemo:
+        store, memo = self._store, self._ladders
+        if memo.checked == store.revision and not memo.full():
+            return memo
+        if (
+            memo.revision < store.last_change(STRUCTURAL_KINDS)
+            or memo.attachments != store.attachment_revision
+            or memo.full()
+        ):
+            memo = self._ladders = LadderMemo(
+                store.revision, store.attachment_revision, entry_limit(store)
+            )
+        memo.checked = store.revision
+        return memo
+
+    def engine(self) -> EngineMemo:
+        store, memo = self._store, self._engine
+        if memo.revision != store.revision or memo.full():
+            memo = self._engine = EngineMemo(store.revision, entry_limit(store))
+        return memo
 
 
-_BY_STORE: WeakKeyDictionary[Store, _StoreMemos] = WeakKeyDictionary()
-_BY_OVERLAY: WeakKeyDictionary[OverlayView, EngineMemo] = WeakKeyDictionary()
+class OverlayMemo:
+    """An overlay's memos: its base's where the overlaid objects cannot change them.
 
+    Contexts are the base's when the overlay replaces no structural object; engine work is the
+    base's when it replaces no policy, CRD or ReferenceGrant and relabels nothing a selector
+    looks at (a route submitted to /mutate); for an overlay of policies (a policy under
+    review), its own entries for what they touch, over the base's.
+    """
 
-def structure_memo(view: ClusterView) -> StructureMemo | None:
-    """The contexts memo valid for `view` now, or None where contexts cannot be shared."""
-    while isinstance(view, OverlayView):
-        if any(key.group_kind in STRUCTURAL_KINDS for key in view.overlaid):
+    def __init__(self, overlay: OverlayView) -> None:
+        self._overlay = overlay
+        self._index: HierarchyIndex | None = None
+        self._engine: EngineMemo | None = None
+        self._engine_revision = -1
+
+    def index(self) -> HierarchyIndex:
+        if self._index is None:
+            self._index = index_of(self._overlay.base).overlaid(self._overlay.changes())
+        return self._index
+
+    def structure(self) -> StructureMemo | None:
+        overlay = self._overlay
+        if any(key.group_kind in STRUCTURAL_KINDS for key in overlay.overlaid):
             return None
-        view = view.base
-    if not isinstance(view, Store):
-        return None
-    memos = _memos(view)
-    memo = memos.structure
-    if memo.checked == view.revision and not memo.full():
-        return memo  # no write since the last look: the common case, made cheap
-    if memo.revision < view.last_change(STRUCTURAL_KINDS) or memo.full():
-        memo = memos.structure = StructureMemo(view.revision, entry_limit(view))
-    memo.checked = view.revision
-    return memo
+        return _structure(overlay.base)
+
+    def engine(self) -> EngineMemo:
+        overlay = self._overlay
+        root = _root_store(overlay)
+        if root is None:
+            return EngineMemo(-1, MIN_ENTRIES)
+        if not _touches_engine(overlay):
+            return engine_of(overlay.base)  # a route or Gateway as submitted: engine reads none
+        if self._engine is None or self._engine_revision != root.revision or self._engine.full():
+            self._engine, self._engine_revision = _layered_engine(overlay), root.revision
+        return self._engine
 
 
-def ladder_memo(view: ClusterView) -> LadderMemo | None:
+# --- what the engine asks for ------------------------------------------------------------------
+
+
+def index_of(view: ClusterView) -> HierarchyIndex:
+    """The hierarchy index of a view: kept by its owner, else built afresh."""
+    owner = _owner(view)
+    return owner.index() if owner is not None else hierarchy_index.build_index(view)
+
+
+def structure_of(view: ClusterView) -> StructureMemo:
+    """The contexts memo valid for `view` now; a scratch one where none can be shared (an
+    overlay that replaces a hierarchy object), living as long as the call that asked."""
+    return _structure(view) or StructureMemo(-1, MIN_ENTRIES)
+
+
+def shared_structure(view: ClusterView) -> StructureMemo | None:
+    """The contexts memo kept for `view`, or None where nothing is kept across calls."""
+    return _structure(view)
+
+
+def ladders_of(view: ClusterView) -> LadderMemo | None:
     """The ladder memo valid for `view` now; None for anything but a store itself (an overlay
     may move a policy or a hierarchy object, and ladders are few per review: computed)."""
-    if not isinstance(view, Store):
-        return None
-    memos = _memos(view)
-    memo = memos.ladder
-    if memo.checked == view.revision and not memo.full():
-        return memo
-    if (
-        memo.revision < view.last_change(STRUCTURAL_KINDS)
-        or memo.attachments != view.attachment_revision
-        or memo.full()
-    ):
-        memo = memos.ladder = LadderMemo(view.revision, view.attachment_revision, entry_limit(view))
-    memo.checked = view.revision
-    return memo
+    return _store_memo(view).ladders() if isinstance(view, Store) else None
 
 
-def engine_memo(view: ClusterView) -> EngineMemo:
+def engine_of(view: ClusterView) -> EngineMemo:
     """The engine memo valid for `view` now; a fresh one where none can be kept."""
-    root = _root_store(view)
-    if root is None:
-        return EngineMemo(-1, MIN_ENTRIES)
-    while isinstance(view, OverlayView) and not _touches_engine(view):
-        view = view.base  # a route or Gateway as submitted: the engine reads none of it
+    owner = _owner(view)
+    return owner.engine() if owner is not None else EngineMemo(-1, MIN_ENTRIES)
+
+
+def _structure(view: ClusterView) -> StructureMemo | None:
+    owner = _owner(view)
+    return owner.structure() if owner is not None else None
+
+
+def _owner(view: ClusterView) -> StoreMemo | OverlayMemo | None:
+    """The memo a view owns, made on first use; None for a view that owns none."""
+    if isinstance(view, Store):
+        return _store_memo(view)
     if isinstance(view, OverlayView):
-        memo = _BY_OVERLAY.get(view)
-        if memo is None or memo.revision != root.revision or memo.full():
-            memo = _BY_OVERLAY[view] = _overlay_memo(view, root.revision)
-        return memo
-    memos = _memos(root)
-    if memos.engine.revision != root.revision or memos.engine.full():
-        memos.engine = EngineMemo(root.revision, entry_limit(root))
-    return memos.engine
+        if view.memo is None:
+            view.memo = OverlayMemo(view)
+        return view.memo
+    return None
 
 
-# What the engine memo is made of: policies (attached, by rung, their leaves and boards), the
-# kinds' profiles (CRDs) and ReferenceGrants (cross-namespace targets). Nothing structural.
-_ENGINE_INPUTS = frozenset({kinds.CRD, kinds.REFERENCE_GRANT})
+def _store_memo(store: Store) -> StoreMemo:
+    if store.memo is None:
+        store.memo = StoreMemo(store)
+    return store.memo
+
+
+def _root_store(view: ClusterView) -> Store | None:
+    while isinstance(view, OverlayView):
+        view = view.base
+    return view if isinstance(view, Store) else None
 
 
 def _touches_engine(overlay: OverlayView) -> bool:
-    """Whether the overlay replaces a policy, a CRD or a ReferenceGrant (in either view)."""
+    """Whether the overlay replaces a policy, a CRD or a ReferenceGrant (in either view), or
+    relabels an object a `targetSelectors` entry looks for."""
     return any(
         key.group_kind in _ENGINE_INPUTS
         or overlay.policy(key) is not None
@@ -208,47 +350,19 @@ def _selection_moves(overlay: OverlayView, key: ObjectKey) -> bool:
     ) != labels_of(overlay.base.get(key))
 
 
-class _Layer(dict[Any, Any]):
-    """An overlay's memo: its own entries, else its base's for keys `clean` says it leaves alone.
-
-    Only `get`, `in` and `[]` fall back, which is all the engine uses; what the overlay computes
-    is kept in its own entries, never written into the base's.
-    """
-
-    __slots__ = ("base", "clean")
-
-    def __init__(self, base: dict[Any, Any], clean: Callable[[Any], bool]) -> None:
-        super().__init__()
-        self.base = base
-        self.clean = clean
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        if dict.__contains__(self, key):
-            return dict.__getitem__(self, key)
-        return self.base.get(key, default) if self.clean(key) else default
-
-    def __contains__(self, key: object) -> bool:
-        return dict.__contains__(self, key) or (self.clean(key) and key in self.base)
-
-    def __getitem__(self, key: Any) -> Any:
-        if dict.__contains__(self, key) or not self.clean(key):
-            return dict.__getitem__(self, key)
-        return self.base[key]
-
-
-def _overlay_memo(overlay: OverlayView, revision: int) -> EngineMemo:
+def _layered_engine(overlay: OverlayView) -> EngineMemo:
     """An engine memo for an overlay of policies: the base's, but for what they touch.
 
     A policy changes what is attached only at its targets (before and after), and its own
     leaves; a relabelled object only what its selectors attach to it; a board changes only if
-    one of its rungs is such a target. Everything else — for
-    an impact preview, nearly all of the 25 objects' work — is the base's. An overlaid CRD or
-    ReferenceGrant can change any kind's profile or any cross-namespace attachment: own memo.
+    one of its rungs is such a target. Everything else — for an impact preview, nearly all of
+    the 25 objects' work — is the base's. An overlaid CRD or ReferenceGrant can change any
+    kind's profile or any cross-namespace attachment: a memo of its own.
     """
     overlaid = overlay.overlaid
     if any(key.group_kind in _ENGINE_INPUTS for key in overlaid):
-        return EngineMemo(revision, MIN_ENTRIES)
-    base = engine_memo(overlay.base)
+        return EngineMemo(-1, MIN_ENTRIES)
+    base = engine_of(overlay.base)
     dirty: set[ObjectKey] = set()
     for key in overlaid:
         if _selection_moves(overlay, key):
@@ -258,29 +372,15 @@ def _overlay_memo(overlay: OverlayView, revision: int) -> EngineMemo:
             if policy is not None:
                 dirty.update(target for target, _ in policy_targets(policy, view))
     return EngineMemo(
-        revision,
+        -1,
         MIN_ENTRIES,
-        attached=_Layer(base.attached, lambda key: key not in dirty),
-        by_rung=_Layer(base.by_rung, lambda rung: rung.key not in dirty),
-        leaves=_Layer(base.leaves, lambda memo_key: memo_key[0] not in overlaid),
-        boards=_Layer(base.boards, lambda memo_key: all(r.key not in dirty for r in memo_key[2])),
-        dumps=_Layer(base.dumps, lambda _: True),  # ids of the base's own, held objects
+        attached=_layer(base.attached, lambda key: key not in dirty),
+        by_rung=_layer(base.by_rung, lambda rung: rung.key not in dirty),
+        leaves=_layer(base.leaves, lambda memo_key: memo_key[0] not in overlaid),
+        boards=_layer(base.boards, lambda memo_key: all(r.key not in dirty for r in memo_key[2])),
+        dumps=_layer(base.dumps, lambda _: True),  # ids of the base's own, held objects
     )
 
 
-def _memos(store: Store) -> _StoreMemos:
-    memos = _BY_STORE.get(store)
-    if memos is None:
-        limit = entry_limit(store)
-        memos = _BY_STORE[store] = _StoreMemos(
-            StructureMemo(store.revision, limit),
-            LadderMemo(store.revision, store.attachment_revision, limit),
-            EngineMemo(store.revision, limit),
-        )
-    return memos
-
-
-def _root_store(view: ClusterView) -> Store | None:
-    while isinstance(view, OverlayView):
-        view = view.base
-    return view if isinstance(view, Store) else None
+def _layer(base: Table[K, V], shared: Callable[[K], bool]) -> Layered[K, V]:
+    return Layered(base, shared)

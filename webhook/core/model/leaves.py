@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.core.model.pointer import escape
+
 # A path segment is a field name, or for a list-map item the item's key fields, sorted.
 ListItemKey = tuple[tuple[str, Any], ...]
 Segment = str | ListItemKey
@@ -179,7 +181,7 @@ def pointer(path: Path, built: Mapping[str, Any]) -> str:
             parts.append(str(index))
             node = node[index]
         else:
-            parts.append(seg.replace("~", "~0").replace("/", "~1"))
+            parts.append(escape(seg))
             node = node[seg]
     return "/" + "/".join(parts)
 

@@ -80,9 +80,7 @@ class Policy:
 
     key: ObjectKey
     created: str  # metadata.creationTimestamp (RFC 3339, sorts as text); "" when unknown
-    deleting: bool
     policy_class: PolicyClass
-    class_inferred: bool  # SPEC §1.3: no CRD label and no profile
     targets: tuple[TargetRef, ...]
     default: Mapping[str, Any] | None  # settings only: selectors are taken out
     override: Mapping[str, Any] | None
@@ -258,7 +256,7 @@ def read_policy(obj: Mapping[str, Any], profile: KindProfile) -> Policy | None:
         return None
     metadata = obj.get("metadata") or {}
     created = metadata.get("creationTimestamp") if isinstance(metadata, Mapping) else None
-    policy_class, inferred = class_of(spec, profile)
+    policy_class, _ = class_of(spec, profile)
     stanzas: dict[str, Mapping[str, Any] | None] = {"default": None, "override": None}
     strategies: dict[str, Strategy | None] = {"default": None, "override": None}
     for raw_key, value in wrappers_in(spec, profile).items():
@@ -289,9 +287,7 @@ def read_policy(obj: Mapping[str, Any], profile: KindProfile) -> Policy | None:
     return Policy(
         key=key,
         created=created if isinstance(created, str) else "",
-        deleting=isinstance(metadata, Mapping) and bool(metadata.get("deletionTimestamp")),
         policy_class=policy_class,
-        class_inferred=inferred,
         targets=targets,
         default=stanzas["default"],
         override=stanzas["override"],

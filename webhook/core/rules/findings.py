@@ -1,13 +1,13 @@
 """Findings and the verdict they add up to (SPEC §2.4, §2.5).
 
-Rules produce `Finding`s with no opinion on their weight; `decide` applies the configured
-action of each rule (kind profile > global config > table default, then `--strict`) and
-builds the `Verdict` the HTTP layer and the CLI both render.
+Rules produce `Finding`s with no opinion on their weight; a `Judge` applies the configured
+action of each rule (kind profile > global config > table default, then `--strict`), and the
+judged findings make the `Verdict` the HTTP layer and the CLI both render.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from webhook.core.model.profiles import Action
@@ -38,6 +38,10 @@ class Finding:
 class Judged:
     finding: Finding
     action: Action
+
+    def softened(self) -> Judged:
+        """This finding at most a warning (a DELETE is never denied)."""
+        return Judged(self.finding, "warn") if self.action == "deny" else self
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,38 +94,22 @@ def one_line(text: str, limit: int = MAX_LINE) -> str:
     return "".join(c if c.isprintable() else " " for c in text)
 
 
-def resolve_action(
-    rule_id: str,
-    *,
-    kind_actions: Mapping[str, Action],
-    global_actions: Mapping[str, Action],
-    strict: bool,
-) -> Action:
-    action = (
-        kind_actions.get(rule_id)
-        or global_actions.get(rule_id)
-        or RULES_BY_ID[rule_id].default_action
-    )
-    if strict and action == "warn":
-        return "deny"
-    return action
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """The configured weight of each rule for one policy kind: its profile's actions, then
+    the global ones, then the rule table's default; `strict` turns a WARN into a DENY."""
 
+    kind_actions: Mapping[str, Action]
+    global_actions: Mapping[str, Action]
+    strict: bool = False
 
-def decide(
-    findings: Iterable[Finding],
-    *,
-    kind_actions: Mapping[str, Action],
-    global_actions: Mapping[str, Action],
-    strict: bool,
-    notes: Iterable[str] = (),
-) -> Verdict:
-    judged = tuple(
-        Judged(
-            f,
-            resolve_action(
-                f.rule_id, kind_actions=kind_actions, global_actions=global_actions, strict=strict
-            ),
+    def action(self, rule_id: str) -> Action:
+        action = (
+            self.kind_actions.get(rule_id)
+            or self.global_actions.get(rule_id)
+            or RULES_BY_ID[rule_id].default_action
         )
-        for f in findings
-    )
-    return Verdict(judged=judged, notes=tuple(notes))
+        return "deny" if self.strict and action == "warn" else action
+
+    def __call__(self, finding: Finding) -> Judged:
+        return Judged(finding, self.action(finding.rule_id))

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.engine import effective, hierarchy
-from webhook.core.engine.attachment import policy_targets
 from webhook.core.engine.effective import KindResult
+from webhook.core.engine.stanzas import stanza_schema
 from webhook.core.model import kinds, leaves
 from webhook.core.model.policy import Policy, read_policy
 from webhook.core.model.profiles import KindProfile
@@ -29,7 +29,7 @@ from webhook.core.model.refs import GroupKind, ObjectKey, key_of
 from webhook.core.model.settings import Settings
 from webhook.core.rules.findings import Finding
 from webhook.core.state.overlay import OverlayView
-from webhook.core.state.store import ClusterView
+from webhook.core.state.store import ClusterView, policy_targets
 
 MAX_NAMED = 3  # policies named in one PA-C03 message
 MAX_EXAMPLES = 3  # objects shown in one PA-C04 line
@@ -117,7 +117,7 @@ def _reach(policy: Policy, view: ClusterView) -> set[ObjectKey]:
 def _settings_schema(profile: KindProfile) -> leaves.Schema:
     """The schema of a kind's settings as `effective` holds them: a stanza's, or the spec's
     for a kind whose settings sit in the spec itself (Direct kinds, implicit defaults)."""
-    return effective.stanza_schema(profile.spec_schema, "default") or profile.spec_schema
+    return stanza_schema(profile.spec_schema, "default") or profile.spec_schema
 
 
 def _kind_result(key: ObjectKey, view: ClusterView, gk: GroupKind) -> KindResult | None:
@@ -175,10 +175,10 @@ def _inherited_conflict(
     lost: list[str] = []
     won: list[str] = []
     for stanza in ("override", "default"):
-        mine = leaves.leaves(getattr(policy, stanza) or {}, effective.stanza_schema(schema, stanza))
+        mine = leaves.leaves(getattr(policy, stanza) or {}, stanza_schema(schema, stanza))
         for other_stanza in ("override", "default"):
             theirs = leaves.leaves(
-                getattr(other, other_stanza) or {}, effective.stanza_schema(schema, other_stanza)
+                getattr(other, other_stanza) or {}, stanza_schema(schema, other_stanza)
             )
             for path in sorted(mine.keys() & theirs.keys(), key=leaves.top_fields):
                 if stanza != other_stanza:
@@ -348,7 +348,7 @@ def _field_values(
 
     Contexts that end at the same place but disagree (a route on two Gateways) say `mixed`.
     `shorts` holds each answer's fields as text, by answer: objects below one rung share
-    their answers (`derived`), so a preview spells each out once.
+    their answers (the engine memo), so a preview spells each out once.
     """
     if result is None:
         return {}

@@ -12,13 +12,16 @@ the base); an overlaid policy is read with the base's profile of its kind.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.core.model import kinds
 from webhook.core.model.policy import Policy, read_policy
 from webhook.core.model.profiles import KindProfile
 from webhook.core.model.refs import GroupKind, ObjectKey, key_of
 from webhook.core.state.store import ClusterView, looks_like_policy
+
+if TYPE_CHECKING:  # the engine's memo of this overlay: made and kept there
+    from webhook.core.engine.memo import OverlayMemo
 
 Change = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]  # (base's, overlay's)
 
@@ -51,6 +54,7 @@ class OverlayView:
                 policy = read_policy(obj, base.profile(key.group_kind))
             self._policies[key] = policy
         self._overlaid = frozenset(self._objects)
+        self.memo: OverlayMemo | None = None  # see `engine/memo.py`
 
     def changes(self) -> dict[ObjectKey, Change]:
         """Each overlaid key with the base's object and the overlay's (None: absent)."""

@@ -8,7 +8,7 @@ its one implementation; what fills it differs — the manifest loader for cluste
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from webhook.core.model import kinds
 from webhook.core.model.labels import labels_of
@@ -21,6 +21,9 @@ from webhook.core.model.profiles import (
     refine,
 )
 from webhook.core.model.refs import GroupKind, ObjectKey, key_of
+
+if TYPE_CHECKING:  # the engine's memo of this store's state: made and kept fresh there
+    from webhook.core.engine.memo import StoreMemo
 
 Slot = TypeVar("Slot")
 
@@ -75,9 +78,12 @@ class Store:
         self.revision = 0  # +1 per write
         # +1 per write that may move a policy: one created, deleted or retargeted, or a CRD (a
         # kind's profile decides which policies count where). A policy's new values alone leave
-        # it, so what `derived` keeps about where policies attach outlives such an edit.
+        # it, so what the engine memo keeps about where policies attach outlives such an edit.
         self.attachment_revision = 0
         self._changed_at: dict[GroupKind, int] = {}  # kind → revision of its last write
+        # Work the engine shares between computations on this state (`engine/memo.py`): owned
+        # here, made there on first use, checked against the revisions above on every use.
+        self.memo: StoreMemo | None = None
 
     # --- writing (feeders only) -------------------------------------------------------------
 
@@ -103,6 +109,18 @@ class Store:
             del self._by_key[key]
             self._index(key, old, None)
         return old
+
+    def move_version(self, key: ObjectKey, resource_version: object) -> None:
+        """Record a newer `metadata.resourceVersion` of a stored object that is otherwise
+        unchanged (a controller's status write, once trimmed): no write at all — no revision,
+        no listener — since nothing a rule, the engine or a summary reads changed. The
+        reconciler still needs it: its patch carries the version as a precondition."""
+        obj = self._by_key.get(key)
+        metadata = obj.get("metadata") if obj is not None else None
+        if obj is None or not isinstance(metadata, Mapping):
+            return
+        moved = {**obj, "metadata": {**metadata, "resourceVersion": resource_version}}
+        self._by_key[key] = self._by_kind[key.group_kind][key] = moved
 
     def replace_kind(self, gk: GroupKind, objs: Iterable[Mapping[str, Any]]) -> None:
         """Make the objects of one kind exactly `objs` (a relist after `410 Gone`)."""
@@ -252,6 +270,19 @@ def looks_like_policy(gk: GroupKind, obj: Mapping[str, Any], profile: KindProfil
         return True
     spec = spec_of(obj)
     return spec is not None and ("targetRef" in spec or "targetRefs" in spec)
+
+
+def policy_targets(policy: Policy, view: ClusterView) -> list[tuple[ObjectKey, str | None]]:
+    """Where a policy attaches in `view`: what each targetRef names (with its section), and
+    every object its `targetSelectors` pick there now (SPEC §1.7), in a fixed order."""
+    namespace = policy.key.namespace
+    found = {(ref.target_key(namespace), ref.section_name) for ref in policy.targets}
+    for gk in {selector.group_kind for selector in policy.selectors}:
+        for obj in view.objects(gk):
+            key = key_of(obj)
+            if key is not None and policy.selects(key, obj):
+                found.add((key, None))
+    return sorted(found, key=lambda pair: (pair[0], pair[1] or ""))
 
 
 def _unfile_from(index: dict[Slot, dict[ObjectKey, Policy]], slot: Slot, key: ObjectKey) -> None:

@@ -227,11 +227,11 @@ class _Informer:
             # Controllers rewrite `status` all the time; once trimmed, most such updates are
             # no change at all, and must not wake the store's listeners (reconciler, cache).
             stored = store.get(key) if key is not None else None
-            if stored is not None and _same_but_version(stored, trimmed):
+            if key is not None and stored is not None and _same_but_version(stored, trimmed):
                 # But the stored resourceVersion must move on: the reconciler's patch carries
                 # it as a precondition, and an old one is refused (409) on every retry until
                 # something we read changes — which may be never.
-                _move_version(stored, trimmed)
+                store.move_version(key, trimmed["metadata"].get("resourceVersion"))
             elif key is not None:
                 store.upsert(trimmed)
         elif kind == "DELETED":
@@ -260,13 +260,6 @@ class _Informer:
 def _same_but_version(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Equal apart from metadata.resourceVersion (which every write, status too, changes)."""
     return old is not None and _without_version(old) == _without_version(new)
-
-
-def _move_version(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-    """Give the stored object (our own trimmed copy) the resourceVersion of `new`, silently."""
-    metadata, fresh = stored.get("metadata"), new.get("metadata")
-    if isinstance(metadata, dict) and isinstance(fresh, Mapping):
-        metadata["resourceVersion"] = fresh.get("resourceVersion")
 
 
 def _without_version(obj: Mapping[str, Any]) -> Mapping[str, Any]:

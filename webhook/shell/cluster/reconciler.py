@@ -55,7 +55,7 @@ def object_path(resource: kubeapi.Resource, key: ObjectKey) -> str:
     return f"{root}{where}/{resource.plural}/{key.name}"
 
 
-def annotation_patch(
+def merge_patch_of_annotation(
     annotation_key: str, value: str | None, resource_version: str | None
 ) -> dict[str, Any]:
     """The merge patch that sets (or, with None, removes) our one annotation and nothing else."""
@@ -177,7 +177,7 @@ class Reconciler:
                 await asyncio.gather(previous, return_exceptions=True)
             if self.ready is not None:
                 await self.ready.wait()
-            self.cache.add_listener(self._on_change)
+            self.cache.feed.subscribe(self._on_change)  # what each write affects, computed once
             self.resync_all()
             workers = [
                 asyncio.create_task(self._work(), name=f"reconcile worker {i}")
@@ -187,7 +187,7 @@ class Reconciler:
                 await asyncio.sleep(self.resync_period)
                 self.resync_all()
         finally:
-            self.cache.remove_listener(self._on_change)
+            self.cache.feed.unsubscribe(self._on_change)
             for worker in workers:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
@@ -365,7 +365,7 @@ class Reconciler:
             "PATCH",
             object_path(resource, key),
             query=[("fieldManager", self.field_manager)],
-            body=annotation_patch(self.annotation_key, value, version),
+            body=merge_patch_of_annotation(self.annotation_key, value, version),
             content_type=MERGE_PATCH,
             timeout=kubeapi.request_timeout(self.request_timeout),
         )

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from webhook.core.admission import reviews
+from webhook.core.admission import mutation, reviews
 from webhook.core.admission import validation as admission
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import ClusterView
@@ -143,7 +143,7 @@ class _Handlers:
         )
 
     def _mutate(self, review: reviews.Request) -> _Outcome:
-        operations = admission.mutate(review, view=self._view, settings=self._settings)
+        operations = mutation.mutate(review, view=self._view, settings=self._settings)
         return _Outcome(
             reviews.patched(review["uid"], operations), "patched" if operations else "allowed"
         )
@@ -358,10 +358,6 @@ class HttpsServer:
         """The bound port (useful with `port=0`)."""
         addresses = self._runner.addresses
         return int(addresses[0][1]) if addresses else self._requested_port
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
 
     async def start(self) -> None:
         await self._runner.setup()

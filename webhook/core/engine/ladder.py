@@ -1,0 +1,96 @@
+"""Where an object stands among the policies, before any policy's values are read.
+
+An object's contexts (SPEC §4) grouped by the rungs of each that hold a policy: 10,000
+contexts of a busy Service meet policies at a handful of distinct rung sets, and contexts that
+meet the same ones get one answer. With the policy kinds that reach the object and its
+sections, that is all `effective` needs before it reads a single value — and it outlives an
+edit of a policy's values, so a store keeps it per object (`memo.LadderMemo`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from webhook.core.engine import hierarchy
+from webhook.core.engine.attachment import Attachments
+from webhook.core.engine.hierarchy import Context, Rung
+from webhook.core.engine.memo import ladders_of
+from webhook.core.model import kinds
+from webhook.core.model.refs import GroupKind, ObjectKey
+from webhook.core.state.store import ClusterView
+
+
+class Ladder(NamedTuple):
+    """One object's contexts, their printed paths, and the contexts grouped by the rungs of
+    each that hold a policy (`by_policy_rungs`: those rungs → indices into `contexts`)."""
+
+    contexts: tuple[Context, ...]
+    paths: tuple[tuple[str, ...], ...]
+    by_policy_rungs: Mapping[tuple[Rung, ...], Sequence[int]]
+
+
+class Reached(NamedTuple):
+    """What reaches an object: its ladder, the policy kinds met on it (sorted), its sections."""
+
+    ladder: Ladder
+    kinds: tuple[GroupKind, ...]
+    sections: frozenset[str]
+
+
+def reached(
+    key: ObjectKey,
+    obj: Mapping[str, Any],
+    view: ClusterView,
+    attachments: Attachments,
+    paths: dict[Context, tuple[str, ...]],
+) -> Reached:
+    """The object's standing, kept per object while the store's structure and the places
+    policies attach to hold (a store's ladder memo); computed afresh on any other view."""
+    memo = ladders_of(view) if key.group_kind in kinds.ANNOTATED_KINDS else None
+    found = memo.reached.get(key) if memo is not None else None
+    if found is None:
+        ladder = ladder_of(hierarchy.contexts_of(key, view), attachments, paths)
+        met = {p.key.group_kind for p, _ in attachments.on(key)}
+        for rung in {r for rungs in ladder.by_policy_rungs for r in rungs}:
+            met.update(attachments.at(rung))
+        found = Reached(ladder, tuple(sorted(met)), kinds.section_names(key.group_kind, obj))
+        if memo is not None:
+            found = memo.reached[key] = _with_shared_parts(found, memo.shared)
+    return found
+
+
+def ladder_of(
+    contexts: Sequence[Context], attachments: Attachments, paths: dict[Context, tuple[str, ...]]
+) -> Ladder:
+    """`contexts` grouped by the rungs of each that hold a policy, with their printed paths
+    (`paths` keeps each printed once per state)."""
+    by_policy_rungs: dict[tuple[Rung, ...], list[int]] = {}
+    for i, context in enumerate(contexts):
+        rungs = tuple(rung for rung in context if attachments.at(rung))
+        by_policy_rungs.setdefault(rungs, []).append(i)
+    return Ladder(
+        tuple(contexts), tuple(_path(context, paths) for context in contexts), by_policy_rungs
+    )
+
+
+def _path(context: Context, paths: dict[Context, tuple[str, ...]]) -> tuple[str, ...]:
+    found = paths.get(context)
+    if found is None:
+        found = paths[context] = hierarchy.path_of(context)
+    return found
+
+
+def _with_shared_parts(found: Reached, shared: dict[Any, Any]) -> Reached:
+    """`found` as kept for later states: equal rung tuples and kind lists shared between
+    objects (a handful of distinct ones among thousands), indices as tuples. What is kept is
+    what every full garbage collection walks, so it is kept small (docs/performance.md)."""
+    ladder = found.ladder
+    by_policy_rungs = {
+        shared.setdefault(rungs, rungs): tuple(ix) for rungs, ix in ladder.by_policy_rungs.items()
+    }
+    return Reached(
+        Ladder(ladder.contexts, ladder.paths, by_policy_rungs),
+        shared.setdefault(found.kinds, found.kinds),
+        found.sections,
+    )
