@@ -25,7 +25,7 @@ from typing import Any
 from bench import synth, traffic
 from webhook.core.admission import reviews
 from webhook.core.annotation import summary
-from webhook.core.engine import effective, hierarchy_index
+from webhook.core.engine import effective, memo
 from webhook.core.model.refs import key_of
 from webhook.core.state.store import Store
 from webhook.shell.process import logs
@@ -48,7 +48,7 @@ def run(*, scale: float = 0.1, seed: int = 1, rounds: int = 7) -> dict[str, floa
     store = Store()
     for obj in cluster.objects():
         store.upsert(obj)
-    hierarchy_index.index_for(store)
+    memo.index_of(store)
     bodies = [
         json.dumps(r).encode()
         for _, r in traffic.validate_reviews(cluster, 200) + traffic.mutate_reviews(cluster, 200)

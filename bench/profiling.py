@@ -30,7 +30,7 @@ from typing import Any
 
 from bench import snapshot, synth, traffic
 from webhook.core.admission import validation as admission
-from webhook.core.engine import hierarchy_index
+from webhook.core.engine import memo
 from webhook.core.model.refs import key_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
@@ -50,7 +50,7 @@ def _setup(scale: float, seed: int) -> tuple[synth.Cluster, Store, Any, Settings
     cache = SummaryCache(store, settings)
     for obj in cluster.objects():
         store.upsert(obj)
-    hierarchy_index.index_for(store)
+    memo.index_of(store)
     return cluster, store, cache, settings
 
 

@@ -37,9 +37,10 @@ from typing import Any
 from bench import synth, traffic
 from bench.calibrate import reference_ms
 from bench.loadgen import percentile
+from webhook.core.admission import mutation
 from webhook.core.admission import validation as admission
 from webhook.core.annotation import summary
-from webhook.core.engine import hierarchy, hierarchy_index
+from webhook.core.engine import hierarchy, memo
 from webhook.core.model.refs import ObjectKey, key_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
@@ -150,7 +151,7 @@ def measure(
     keys = [key for obj in cluster.annotated() if (key := key_of(obj)) is not None]
     calibration.append(reference_ms())
     watch = Stopwatch()
-    hierarchy_index.index_for(store)
+    memo.index_of(store)
     out["index_build_s"], index_cpu = watch.stop()
     values = []
     collections = FullCollections()
@@ -210,7 +211,7 @@ def measure(
     wide = [(category, review) for category, review in validate_mix if category in traffic.HEAVY]
     out.update(_decisions("validate_again", admission.validate, wide, store, settings))
     mutate_mix = traffic.mutate_reviews(cluster, reviews // 2)
-    out.update(_decisions("mutate", admission.mutate, mutate_mix, store, settings))
+    out.update(_decisions("mutate", mutation.mutate, mutate_mix, store, settings))
     calibration.append(reference_ms())
     out.update(_fanout(cluster, store, cache, settings, fanout_repeats))
     calibration.append(reference_ms())

@@ -10,7 +10,7 @@ answers `allowed: true`. Both print `READY <port>` on stdout once they accept co
 stop on SIGTERM. Logs go to stderr, which the harness sends to a file.
 
 The webhook also answers `GET /bench/cpu` with the CPU seconds it spent inside the admission
-decisions (`admission.validate` and `admission.mutate`, the core) and how many it made, so that
+decisions (`validation.validate` and `mutation.mutate`, the core) and how many it made, so that
 the harness can split a request's CPU time between the core and the serving stack (decoding,
 response building and encoding, logs, metrics, aiohttp, TLS). The clock is read twice per
 decision, about a microsecond.
@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from webhook.core.admission import mutation
+from webhook.core.engine import memo
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.https.server import HttpsServer, build_app
@@ -71,20 +73,19 @@ def _tls(cert_dir: str) -> ReloadingTLS:
 async def _run_webhook(args: argparse.Namespace) -> None:
     from bench import synth
     from webhook.core.admission import validation as admission
-    from webhook.core.engine import hierarchy_index
 
     started = time.perf_counter()
     cluster = synth.generate(synth.Shape().scaled(args.scale), seed=args.seed)
     store = Store()
     for obj in cluster.objects():
         store.upsert(obj)
-    hierarchy_index.index_for(store)  # as after the informers' first sync
+    memo.index_of(store)  # as after the informers' first sync
     readiness = Readiness()
     # The server calls `admission.validate(...)` through the module: timing it there times it
     # where the server calls it, and nowhere else.
     clock = _CoreClock()
     admission.validate = clock.timed(admission.validate)
-    admission.mutate = clock.timed(admission.mutate)
+    mutation.mutate = clock.timed(mutation.mutate)
     app = build_app(view=store, settings=Settings(), readiness=readiness, metrics=Metrics())
     app.router.add_get("/bench/cpu", clock.report)
     server = HttpsServer(

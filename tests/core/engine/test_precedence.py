@@ -555,7 +555,7 @@ def test_a_tie_on_equal_timestamps_is_reported_as_alphabetical() -> None:
     result = result_of(store, route("apps", "r"), "RetryPolicy")
     assert result is not None
     assert [x.reason for x in result.contexts[0].losers] == [
-        "lost tie-break to infra/a (alphabetical)"
+        "lost tie-break to infra/a (same age, alphabetical)"
     ]
 
 

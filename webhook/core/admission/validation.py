@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.admission.reviews import Request
-from webhook.core.model import kinds
+from webhook.core.model import kinds, meta
 from webhook.core.model.policy import class_of, spec_of
 from webhook.core.model.profiles import POLICY_LABEL, KindProfile
 from webhook.core.model.refs import GroupKind, key_of
@@ -131,9 +131,7 @@ def _too_big(spec: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def _namespace_of(obj: Mapping[str, Any]) -> str:
-    metadata = obj.get("metadata")
-    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
-    return namespace if isinstance(namespace, str) else ""
+    return meta.namespace(obj)
 
 
 def _type_name(value: object) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 from webhook.core.engine import hierarchy, memo
 from webhook.core.model import kinds
-from webhook.core.model.labels import labels_of
+from webhook.core.model.meta import labels_of
 from webhook.core.model.policy import read_policy
 from webhook.core.model.profiles import defined_kind, unknown_profile
 from webhook.core.model.refs import ObjectKey
@@ -39,10 +39,6 @@ Obj = Mapping[str, Any]
 _IRRELEVANT_METADATA = frozenset({"annotations", "resourceVersion", "generation", "managedFields"})
 _IRRELEVANT_TOP = frozenset({"status"})
 
-# Kinds whose objects are rungs of contexts (SPEC §4.1); Namespaces are handled on their own.
-_HIERARCHY_KINDS = frozenset(
-    {kinds.GATEWAY_CLASS, kinds.GATEWAY, kinds.LISTENER_SET, *kinds.ROUTE_KINDS, kinds.SERVICE}
-)
 # What attaches by Namespace selectors: routes (allowedRoutes), ListenerSets (allowedListeners).
 _SELECTED_KINDS = frozenset({kinds.LISTENER_SET, *kinds.ROUTE_KINDS})
 
@@ -106,7 +102,7 @@ def affected_by_change(
     gk = key.group_kind
     if before.policy(key) is not None or after.policy(key) is not None:
         return _policy_change(key, before, after)
-    if gk in _HIERARCHY_KINDS:
+    if gk in kinds.ANNOTATED_KINDS:  # a rung of contexts; Namespaces are handled on their own
         return _reach(key, None, before, after)
     if gk == kinds.NAMESPACE:
         return _namespace_change(key, old, new, before, after)

@@ -144,4 +144,4 @@ def tie(loser: Policy, winner: Policy) -> str:
 
 def tie_why(loser: Policy, winner: Policy) -> str:
     """SPEC §4.4: the older one wins; on equal timestamps, `namespace/name` in byte order."""
-    return "older" if winner.created < loser.created else "alphabetical"
+    return "older" if winner.created < loser.created else "same age, alphabetical"

@@ -18,7 +18,7 @@ from webhook.core.engine.attachment import (
     parent_refs,
     spec_mapping,
 )
-from webhook.core.model import kinds
+from webhook.core.model import kinds, meta
 from webhook.core.model.refs import ObjectKey
 from webhook.core.state.store import ClusterView
 
@@ -109,12 +109,10 @@ def build_index(view: ClusterView) -> HierarchyIndex:
     buckets: dict[Bucket, set[ObjectKey]] = {}
     for gk in sorted(INDEXED_KINDS):
         for obj in view.objects(gk):
-            meta = obj.get("metadata")
-            name = meta.get("name") if isinstance(meta, Mapping) else None
-            if not isinstance(name, str):
+            name = meta.name(obj)
+            if not name:
                 continue
-            ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-            key = ObjectKey(gk.group, gk.kind, ns if isinstance(ns, str) else "", name)
+            key = ObjectKey(gk.group, gk.kind, meta.namespace(obj), name)
             for bucket, member in _edges(key, obj):
                 buckets.setdefault(bucket, set()).add(member)
     return HierarchyIndex({b: frozenset(m) for b, m in buckets.items()})

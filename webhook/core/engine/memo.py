@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from webhook.core.engine import hierarchy_index
 from webhook.core.model import kinds
-from webhook.core.model.labels import labels_of
+from webhook.core.model.meta import labels_of
 from webhook.core.model.policy import Policy
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.state.overlay import OverlayView

@@ -34,7 +34,16 @@ DEFAULT_TARGETS = frozenset(
 )
 
 # Kinds whose objects the mutating webhook annotates (SPEC §3.1).
-ANNOTATED_KINDS = frozenset({GATEWAY_CLASS, GATEWAY, LISTENER_SET, *ROUTE_KINDS, SERVICE})
+# The objects of the ladder (SPEC §4.1; Namespaces are implied rungs, not objects of it), least
+# specific first: the kinds whose objects are rungs of contexts, and the ones annotated (§3.1).
+LADDER: tuple[frozenset[GroupKind], ...] = (
+    frozenset({GATEWAY_CLASS}),
+    frozenset({GATEWAY}),
+    frozenset({LISTENER_SET}),
+    ROUTE_KINDS,
+    frozenset({SERVICE}),
+)
+ANNOTATED_KINDS = frozenset().union(*LADDER)
 
 CLUSTER_SCOPED = frozenset({GATEWAY_CLASS, NAMESPACE, CRD})
 
@@ -105,6 +114,11 @@ KNOWN_KINDS: tuple[GroupKind, ...] = (
 # Kinds that are never policies, whatever their spec looks like: the webhook never judges one
 # as a policy, even when an admin's webhook rules send it (a group's `resources: ["*"]`).
 NEVER_POLICIES = frozenset({*DEFAULT_TARGETS, REFERENCE_GRANT, CRD, *KNOWN_KINDS})
+
+
+def ladder_rank(gk: GroupKind) -> int:
+    """How far down the ladder a kind sits: GatewayClass 0 … Service 4; past it for others."""
+    return next((i for i, rung in enumerate(LADDER) if gk in rung), len(LADDER))
 
 
 def is_cluster_scoped(gk: GroupKind) -> bool:

@@ -10,13 +10,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 
-def labels_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """`metadata.labels`, or `{}` where there are none (or the object is absent)."""
-    metadata = obj.get("metadata") if obj is not None else None
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    return labels if isinstance(labels, Mapping) else {}
-
-
 def selector_matches(selector: object, labels: Mapping[str, Any]) -> bool:
     """A Kubernetes LabelSelector; a missing selector matches nothing, `{}` everything."""
     if not isinstance(selector, Mapping):

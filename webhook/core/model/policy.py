@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from webhook.core.model import meta
 from webhook.core.model.kinds import is_cluster_scoped
-from webhook.core.model.labels import labels_of, selector_matches
+from webhook.core.model.labels import selector_matches
+from webhook.core.model.meta import labels_of
 from webhook.core.model.profiles import KindProfile, PolicyClass
 from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey, canonical_group, key_of
 
@@ -254,8 +256,6 @@ def read_policy(obj: Mapping[str, Any], profile: KindProfile) -> Policy | None:
     spec = spec_of(obj)
     if key is None or spec is None:
         return None
-    metadata = obj.get("metadata") or {}
-    created = metadata.get("creationTimestamp") if isinstance(metadata, Mapping) else None
     policy_class, _ = class_of(spec, profile)
     stanzas: dict[str, Mapping[str, Any] | None] = {"default": None, "override": None}
     strategies: dict[str, Strategy | None] = {"default": None, "override": None}
@@ -286,7 +286,7 @@ def read_policy(obj: Mapping[str, Any], profile: KindProfile) -> Policy | None:
     spec_selector = profile.spec_selector
     return Policy(
         key=key,
-        created=created if isinstance(created, str) else "",
+        created=meta.created(obj),
         policy_class=policy_class,
         targets=targets,
         default=stanzas["default"],

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.engine import effective, hierarchy
+from webhook.core.engine.board import tie_why
 from webhook.core.engine.effective import KindResult
 from webhook.core.engine.stanzas import stanza_schema
 from webhook.core.model import kinds, leaves
@@ -157,15 +158,11 @@ def _wins(a: Policy, b: Policy) -> bool:
     return a.order_key < b.order_key
 
 
-def _why(winner: Policy, loser: Policy) -> str:
-    return "older" if winner.created < loser.created else "same age, alphabetical"
-
-
 def _direct_conflict(policy: Policy, other: Policy, where: str) -> str:
     kind = policy.key.kind
     if _wins(other, policy):
-        return f"{kind} {other.ref} also targets {where} and wins ({_why(other, policy)}); this one will be Conflicted"
-    return f"{kind} {other.ref} also targets {where}; this one wins ({_why(policy, other)}), that one becomes Conflicted"
+        return f"{kind} {other.ref} also targets {where} and wins ({tie_why(policy, other)}); this one will be Conflicted"
+    return f"{kind} {other.ref} also targets {where}; this one wins ({tie_why(other, policy)}), that one becomes Conflicted"
 
 
 def _inherited_conflict(
@@ -328,17 +325,9 @@ def _preview(
         )
 
 
-_LADDER = {
-    kinds.GATEWAY_CLASS: 0,
-    kinds.GATEWAY: 1,
-    kinds.LISTENER_SET: 2,
-    **{route: 3 for route in kinds.ROUTE_KINDS},
-}
-
-
 def _ladder_order(key: ObjectKey) -> tuple[int, ObjectKey]:
     """Gateways before routes before Services, so the examples shown are the telling ones."""
-    return (_LADDER.get(key.group_kind, 4), key)
+    return (kinds.ladder_rank(key.group_kind), key)
 
 
 def _field_values(

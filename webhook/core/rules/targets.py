@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.core.model import kinds
-from webhook.core.model.labels import labels_of, selector_matches
+from webhook.core.model import kinds, meta
+from webhook.core.model.labels import selector_matches
+from webhook.core.model.meta import labels_of
 from webhook.core.model.policy import (
     TargetRef,
     TargetSelector,
@@ -164,8 +165,7 @@ def _selector(
 
 
 def _picks(selector: TargetSelector, namespace: str, obj: Mapping[str, Any]) -> bool:
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, Mapping) or metadata.get("namespace") != namespace:
+    if meta.namespace(obj) != namespace:
         return False
     return selector_matches(selector.selector, labels_of(obj))
 
@@ -238,8 +238,7 @@ def _against_state(ref: TargetRef, *, namespace: str, view: ClusterView) -> Iter
             f"{key} does not exist (yet); the policy has no effect until it does",
         )
         return
-    metadata = target.get("metadata")
-    if isinstance(metadata, Mapping) and metadata.get("deletionTimestamp"):
+    if meta.deleting(target):
         yield Finding("PA-T08", ref.field, f"{key} is being deleted")
     if ref.section_name and kinds.has_sections(gk):
         names = kinds.section_names(gk, target)

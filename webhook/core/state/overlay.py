@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from webhook.core.model import kinds
+from webhook.core.model import kinds, meta
 from webhook.core.model.policy import Policy, read_policy
 from webhook.core.model.profiles import KindProfile
 from webhook.core.model.refs import GroupKind, ObjectKey, key_of
@@ -143,8 +143,7 @@ class OverlayView:
         ns = self._objects[key]
         if ns is None:
             return None
-        labels = (ns.get("metadata") or {}).get("labels")
-        return labels if isinstance(labels, Mapping) else {}
+        return meta.labels_of(ns)
 
     def reference_grants(self, namespace: str) -> Sequence[Mapping[str, Any]]:
         mine = {

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from webhook.core.model import kinds
-from webhook.core.model.labels import labels_of
+from webhook.core.model import kinds, meta
+from webhook.core.model.meta import labels_of
 from webhook.core.model.policy import Policy, read_policy, spec_of
 from webhook.core.model.profiles import (
     KindProfile,
@@ -116,10 +116,9 @@ class Store:
         no listener — since nothing a rule, the engine or a summary reads changed. The
         reconciler still needs it: its patch carries the version as a precondition."""
         obj = self._by_key.get(key)
-        metadata = obj.get("metadata") if obj is not None else None
-        if obj is None or not isinstance(metadata, Mapping):
+        if obj is None:
             return
-        moved = {**obj, "metadata": {**metadata, "resourceVersion": resource_version}}
+        moved = {**obj, "metadata": {**meta.metadata(obj), "resourceVersion": resource_version}}
         self._by_key[key] = self._by_kind[key.group_kind][key] = moved
 
     def replace_kind(self, gk: GroupKind, objs: Iterable[Mapping[str, Any]]) -> None:
@@ -251,8 +250,7 @@ class Store:
         ns = self.get(ObjectKey("", "Namespace", "", name))
         if ns is None:
             return None
-        labels = (ns.get("metadata") or {}).get("labels")
-        return labels if isinstance(labels, Mapping) else {}
+        return meta.labels_of(ns)
 
     def reference_grants(self, namespace: str) -> Sequence[Mapping[str, Any]]:
         return [

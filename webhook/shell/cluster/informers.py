@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
-from webhook.core.model import kinds
+from webhook.core.model import kinds, meta
 from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, GroupKind, key_of
 from webhook.core.state.store import Store
 from webhook.core.state.trim import trim
@@ -217,8 +217,7 @@ class _Informer:
             if error.status == 410:
                 raise _Gone(str(error))
             raise error
-        metadata = obj.get("metadata")
-        version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+        version = meta.resource_version(obj)
         store = self.source.store
         revision = store.revision
         if kind in ("ADDED", "MODIFIED"):
@@ -231,7 +230,7 @@ class _Informer:
                 # But the stored resourceVersion must move on: the reconciler's patch carries
                 # it as a precondition, and an old one is refused (409) on every retry until
                 # something we read changes — which may be never.
-                store.move_version(key, trimmed["metadata"].get("resourceVersion"))
+                store.move_version(key, meta.resource_version(trimmed))
             elif key is not None:
                 store.upsert(trimmed)
         elif kind == "DELETED":
@@ -270,6 +269,21 @@ def _without_version(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 # --- all informers ---------------------------------------------------------------------------
+
+
+def wanted_resources(store: Store) -> dict[GroupKind, kubeapi.Resource]:
+    """Beyond CRDs, Services and Namespaces: the Gateway API kinds and policy kinds (CRD label
+    or config) whose CRD the store holds, at the version each is served."""
+    policy_kinds = {profile.group_kind for profile in store.policy_kinds()}
+    wanted: dict[GroupKind, kubeapi.Resource] = {}
+    for crd in store.objects(kinds.CRD):
+        resource = kubeapi.resource_of_crd(crd)
+        if resource is None:
+            continue
+        gk = resource.group_kind
+        if gk in GATEWAY_KINDS or gk in policy_kinds:
+            wanted[gk] = resource
+    return wanted
 
 
 class ClusterSource:
@@ -437,21 +451,8 @@ class ClusterSource:
                 ready.STATE_SYNCED, False, "waiting for the first list of " + ", ".join(names)
             )
 
-    def _wanted(self) -> dict[GroupKind, kubeapi.Resource]:
-        """Gateway API kinds and policy kinds (CRD label or config) whose CRD is served."""
-        policy_kinds = {profile.group_kind for profile in self.store.policy_kinds()}
-        wanted: dict[GroupKind, kubeapi.Resource] = {}
-        for crd in self.store.objects(kinds.CRD):
-            resource = kubeapi.resource_of_crd(crd)
-            if resource is None:
-                continue
-            gk = resource.group_kind
-            if gk in GATEWAY_KINDS or gk in policy_kinds:
-                wanted[gk] = resource
-        return wanted
-
     def _reconcile_informers(self) -> None:
-        wanted = self._wanted()
+        wanted = wanted_resources(self.store)
         for gk, informer in list(self._informers.items()):
             if gk in (kinds.SERVICE, kinds.NAMESPACE):
                 continue

@@ -20,6 +20,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from webhook.core.model import meta
 from webhook.shell.cluster import kubeapi
 from webhook.shell.process.logs import fields
 from webhook.shell.process.metrics import Metrics
@@ -291,9 +292,7 @@ class LeaderElector:
 
 
 def _version_of(obj: Mapping[str, Any]) -> str | None:
-    metadata = obj.get("metadata")
-    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
-    return version if isinstance(version, str) else None
+    return meta.resource_version(obj)
 
 
 def _call(callback: Callback | None) -> None:

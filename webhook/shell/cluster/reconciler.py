@@ -29,7 +29,7 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from webhook.core.annotation.cache import SummaryCache
-from webhook.core.model import kinds
+from webhook.core.model import kinds, meta
 from webhook.core.model.refs import CORE_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
@@ -66,16 +66,12 @@ def merge_patch_of_annotation(
 
 
 def current_annotation(obj: Mapping[str, Any], annotation_key: str) -> str | None:
-    metadata = obj.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    value = annotations.get(annotation_key) if isinstance(annotations, Mapping) else None
+    value = meta.annotations_of(obj).get(annotation_key)
     return value if isinstance(value, str) else None
 
 
 def _resource_version(obj: Mapping[str, Any]) -> str | None:
-    metadata = obj.get("metadata")
-    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
-    return version if isinstance(version, str) and version else None
+    return meta.resource_version(obj)
 
 
 class Reconciler:
