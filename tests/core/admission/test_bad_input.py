@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.budget import examples
 from tests.fixtures.paths import EXAMPLES
 from webhook.core.admission import mutation, reviews
 from webhook.core.admission import validation as admission
@@ -40,7 +41,7 @@ GOOD = SEED_REVIEWS["create-good-policy"]
 ROUTE = SEED_REVIEWS["create-route"]
 
 BUDGET = settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

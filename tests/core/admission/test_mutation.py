@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.budget import examples
 from tests.fixtures.engine import CLUSTER, CRDS, docs, store_of
 from webhook.core.admission import mutation
 from webhook.core.admission.reviews import Request
@@ -240,7 +241,7 @@ ANNOTATIONS = st.one_of(
 STORE = cluster()
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     parent=st.sampled_from(["gw", "gw2", "nowhere"]),
     annotations=ANNOTATIONS,

@@ -16,10 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.budget import examples
 from webhook.core.admission import reviews
 from webhook.core.rules.findings import Finding, Judge, Verdict
 
-BUDGET = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BUDGET = settings(
+    max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def json_encoded(value: object) -> bytes:

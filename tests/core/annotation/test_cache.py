@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.budget import examples
 from tests.fixtures.changes import (
     GROUP,
     OPS,
@@ -98,7 +99,7 @@ def selecting_policy(app: str) -> dict[str, Any]:
     ops=[("delete", service("apps", "foo")), ("restore", None)],
 )
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

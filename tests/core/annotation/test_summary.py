@@ -7,6 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.budget import examples
 from tests.fixtures.engine import CLUSTER, CRDS, docs, gateway, route, service, store_of
 from webhook.core.annotation import summary
 from webhook.core.engine import effective
@@ -244,7 +245,7 @@ def _values(order: list[dict[str, object]]) -> list[str | None]:
 REFERENCE = _values(EVERY_DOC)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.permutations(EVERY_DOC))
 def test_the_value_does_not_depend_on_load_order(order: list[dict[str, object]]) -> None:
     assert _values(order) == REFERENCE

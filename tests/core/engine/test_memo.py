@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures import changes
+from tests.fixtures.budget import examples
 from tests.fixtures.engine import CRDS, gateway, route, store_of
 from webhook.core.annotation import summary
 from webhook.core.engine import effective, hierarchy, memo
@@ -232,7 +233,7 @@ def edited(store: Store, doc: dict[str, Any]) -> dict[str, Any] | None:
 
 
 @settings(
-    max_examples=120,
+    max_examples=examples(120),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -28,6 +28,7 @@ import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.budget import examples
 from tests.fixtures.https import Reply, RunningWebhook, write_pair
 from tests.fixtures.paths import EXAMPLES
 from webhook.core.model.settings import Settings
@@ -47,7 +48,7 @@ ROUTE = SEEDS["create-route"]
 MIB = 1024 * 1024
 
 BUDGET = settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

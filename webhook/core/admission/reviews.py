@@ -138,7 +138,8 @@ def decode_review(body: bytes) -> Request:
 def _loads(body: bytes) -> Any:
     """`json.loads` of the body, computed by orjson wherever both give the same answer.
 
-    orjson is about three times faster on our reviews. Where the two differ, json decides:
+    orjson is faster on our reviews (docs/performance.md, Choices). Where the two differ, json
+    decides:
     orjson refuses what json accepts in a few corners (a lone surrogate, a UTF-8 byte order
     mark, UTF-16 or UTF-32, a number past a double's range), and those bodies are read again
     by json; bodies where orjson would give another answer never reach it (`_orjson_agrees`).
@@ -202,7 +203,7 @@ def _json_bytes(value: object) -> bytes:
     keeps the response well-formed and the echoed uid equal to the one received.
 
     orjson writes the bytes `json.dumps(value, separators=(",", ":"), ensure_ascii=False)`
-    would, twenty times faster, for what a response holds: dicts with str keys, lists, str,
+    would, faster (docs/performance.md), for what a response holds: dicts with str keys, lists, str,
     int, bool and None (floats it spells differently; no response carries one). What it
     refuses — a lone surrogate, an int over 64 bits, a key that is not a str — goes to json.
     """

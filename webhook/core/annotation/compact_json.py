@@ -1,7 +1,7 @@
 """Compact JSON text, non-ASCII as is, written by orjson where it writes what `json` would.
 
 Two writers need it: the annotation value (`summary.dump`, keys sorted) and the JSON log lines
-(`shell.logs`). orjson is several times faster on both (`bench/out/choices.json`) and writes the
+(`shell.logs`). orjson is faster on both (docs/performance.md, Choices) and writes the
 same bytes, with these exceptions:
 - dates and dataclasses, which orjson would write its own way, go to `default=str`, as json
   sends them (it has no encoder for either);

@@ -36,7 +36,7 @@ class ObjectKey(NamedTuple):
 
     A named tuple rather than a frozen dataclass: keys are built, hashed and compared millions
     of times when the engine runs on a large cluster, and a tuple does all three in C
-    (measured: docs/performance.md). Immutable, ordered field by field, as a dataclass was.
+    (docs/performance.md). Immutable, ordered field by field, as a dataclass was.
     """
 
     group: str

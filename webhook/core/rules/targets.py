@@ -1,5 +1,9 @@
 """Target rules PA-T01…PA-T10 and PA-S13 (SPEC §2.2): what a policy may point at.
 
+Where the engine counts a policy (`attachment.counts_on`) and where these rules object are
+decided by the same predicates (`own_namespace_only`, `crossing_allowed`), so the two can never
+disagree on PA-T03/PA-T04.
+
 Static checks first (allowed kinds, scope, sections, grants); the checks against the current
 state (exists, has the section, is being deleted) only run for refs that passed them, so one
 mistake gives one message rather than a cascade.
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from webhook.core.engine.attachment import crossing_allowed, own_namespace_only
 from webhook.core.model import kinds, meta
 from webhook.core.model.labels import selector_matches
 from webhook.core.model.meta import labels_of
@@ -26,7 +31,6 @@ from webhook.core.model.profiles import KindProfile, PolicyClass
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.rules import shape
 from webhook.core.rules.findings import Finding
-from webhook.core.state.grants import reference_granted
 from webhook.core.state.store import ClusterView
 
 _KNOWN_BY_LOWER: Mapping[str, GroupKind] = {gk.kind.lower(): gk for gk in kinds.KNOWN_KINDS}
@@ -184,7 +188,7 @@ def _scope(ref: TargetRef, *, namespace: str) -> Iterator[Finding]:
             "a namespaced policy targets a cluster-scoped GatewayClass; check that your "
             "implementation reads such policies",
         )
-    elif namespace and gk == kinds.NAMESPACE and ref.name != namespace:
+    elif namespace and not own_namespace_only(namespace, ref.target_key(namespace)):
         yield Finding(
             "PA-T04",
             f"{ref.field}.name",
@@ -208,20 +212,16 @@ def _scope(ref: TargetRef, *, namespace: str) -> Iterator[Finding]:
 def _cross_namespace(
     ref: TargetRef, *, profile: KindProfile, policy_gk: GroupKind, namespace: str, view: ClusterView
 ) -> Iterator[Finding]:
+    """PA-T03, where the engine's `crossing_allowed` would not count the target."""
     assert ref.namespace is not None
+    if crossing_allowed(policy_gk, namespace, ref.target_key(namespace), profile, view):
+        return
     where = f"{ref.field}.namespace"
     if profile.cross_namespace == "deny":
-        yield Finding(
-            "PA-T03",
-            where,
-            f"{policy_gk.kind} may not target other namespaces (crossNamespace: deny)",
-        )
-    elif not reference_granted(policy_gk, namespace, ref.target_key(namespace), view):
-        yield Finding(
-            "PA-T03",
-            where,
-            f'no ReferenceGrant in "{ref.namespace}" lets {policy_gk.kind} from "{namespace}" target {ref.kind} "{ref.name}"',
-        )
+        why = f"{policy_gk.kind} may not target other namespaces (crossNamespace: deny)"
+    else:
+        why = f'no ReferenceGrant in "{ref.namespace}" lets {policy_gk.kind} from "{namespace}" target {ref.kind} "{ref.name}"'
+    yield Finding("PA-T03", where, why)
 
 
 def _against_state(ref: TargetRef, *, namespace: str, view: ClusterView) -> Iterator[Finding]:

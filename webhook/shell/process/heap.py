@@ -1,9 +1,8 @@
 """Keep the garbage collector's full passes off the long-lived state.
 
-The store, the derived memos and the summary cache are millions of container objects (2.6
-million at 4x the benchmark's cluster). CPython's full collection walks every one of them on
-the event loop, and no admission review is answered meanwhile: measured on the benchmark's
-machine on a slow day (docs/performance.md, Choices), 0.94 s at 1x and 4.1 s at 4x.
+The store, the engine's memos and the summary cache are millions of container objects on a
+large cluster. CPython's full collection walks every one of them on the event loop, and no
+admission review is answered meanwhile (how long that takes: docs/performance.md, Choices).
 
 That state is acyclic data (JSON trees, tuples, dicts) that lives until it is replaced, and a
 replaced object is freed by reference counting, frozen or not. So once it has settled it is

@@ -86,7 +86,7 @@ def setup_logging(
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     # Neither formatter prints the thread or the process, so no record needs to look them up:
-    # the switches of the logging HOWTO's "Optimization" section; 4 µs off each decision line.
+    # the switches of the logging HOWTO's "Optimization" section (docs/performance.md).
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
