@@ -36,7 +36,7 @@ from webhook.core.annotation.cache import SummaryCache
 from webhook.core.engine import effective
 from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
-from webhook.core.state.store import Store
+from webhook.core.state.store import ClusterView, Store
 
 # --- the property ----------------------------------------------------------------------------
 
@@ -292,11 +292,14 @@ def test_a_policy_write_recomputes_only_its_kind(monkeypatch: pytest.MonkeyPatch
     assert cache.get(r1) is not None
     apply(store, ("upsert", policy_on_gateway("gw-color", "blue")))
     assert r1 not in cache  # stale, but only its ColorPolicy piece
-    calls: list[object] = []
+    calls: list[GroupKind | None] = []
     real = effective.compute
-    monkeypatch.setattr(
-        effective, "compute", lambda *a, **k: calls.append(k.get("only")) or real(*a, **k)
-    )
+
+    def computing(key: ObjectKey, view: ClusterView, **options: Any) -> list[effective.KindResult]:
+        calls.append(options.get("only"))
+        return real(key, view, **options)
+
+    monkeypatch.setattr(effective, "compute", computing)
     value = cache.get(r1)
     assert calls == [GroupKind(GROUP, "ColorPolicy")]
     assert value is not None and '"color":"blue"' in value

@@ -8,6 +8,7 @@ the cache property's job (changes.py); here, which write keeps or drops which me
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -173,7 +174,7 @@ def retargeted(store: Store) -> dict[str, object]:
 
 
 def test_a_policy_that_moves_comes_or_goes_drops_the_ladders() -> None:
-    changes = {
+    changes: dict[str, Callable[[Store], object]] = {
         "retargeted": lambda store: store.upsert(retargeted(store)),
         "deleted": lambda store: store.delete(POLICY),
         "created": lambda store: store.upsert(

@@ -146,7 +146,7 @@ spec:
 
 
 def mutate_review(obj: dict[str, object]) -> Request:
-    return Request(  # type: ignore[typeddict-item]
+    return Request(
         uid="u",
         kind={"group": "gateway.networking.k8s.io", "version": "v1", "kind": "HTTPRoute"},
         resource={"group": "gateway.networking.k8s.io", "version": "v1", "resource": "httproutes"},

@@ -307,7 +307,9 @@ def test_e9_namespace_rungs_sit_between_the_objects() -> None:
     assert only(without_apps, ROUTE, "TimeoutPolicy") == {"timeout": "20s"}
     only_infra = store_of(CRDS, CLUSTER, E9_INFRA_NS)
     assert only(only_infra, ROUTE, "TimeoutPolicy") == {"timeout": "30s"}
-    sources = result_of(everything, ROUTE, "TimeoutPolicy").contexts[0].sources  # type: ignore[union-attr]
+    result = result_of(everything, ROUTE, "TimeoutPolicy")
+    assert result is not None
+    sources = result.contexts[0].sources
     assert sources["/timeout"].at == "Namespace/apps"
 
 
@@ -401,6 +403,6 @@ def test_e12_direct_policies_on_a_service_and_on_its_port_both_apply() -> None:
         ([["Service/apps/foo"]], {"path": "/healthz"}, "apps/p1"),
         ([["Service/apps/foo#https"]], {"path": "/tls-healthz"}, "apps/p2"),
     ]
-    assert all(
-        not c.losers for c in result_of(store, service("apps", "foo"), "HealthCheckPolicy").contexts
-    )  # type: ignore[union-attr]
+    result = result_of(store, service("apps", "foo"), "HealthCheckPolicy")
+    assert result is not None
+    assert all(not c.losers for c in result.contexts)

@@ -20,7 +20,7 @@ import yaml
 
 from tests.fixtures.paths import REALWORLD
 from webhook.core.admission import validation as admission
-from webhook.core.model import scopes
+from webhook.core.model import kinds, scopes
 from webhook.core.model.refs import key_of
 from webhook.core.model.settings import Settings
 from webhook.core.rules.findings import Verdict
@@ -44,7 +44,7 @@ def state() -> Store:
 
 def placed(case: Mapping[str, Any], store: Store) -> Mapping[str, Any]:
     """The policy as `kubectl apply -n <namespace>` would send it."""
-    cluster_scoped = scopes.cluster_scoped_kinds(store.objects(scopes.kinds.CRD))
+    cluster_scoped = scopes.cluster_scoped_kinds(store.objects(kinds.CRD))
     return scopes.as_applied(
         case["policy"], namespace=case.get("namespace", "default"), cluster_scoped=cluster_scoped
     )

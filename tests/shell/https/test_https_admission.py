@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import base64
 import gc
+import http.client
 import json
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import pytest
 
-from tests.fixtures.https import policy, review_of
+from tests.fixtures.https import RunningWebhook, policy, review_of
 from webhook.core.admission import mutation, reviews
 from webhook.core.admission import validation as admission
+from webhook.core.model.refs import ObjectKey
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import ClusterView, Store
 from webhook.shell.https import server
 from webhook.shell.process.logs import JsonFormatter
 
@@ -68,7 +73,7 @@ def decision_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
 # --- /validate ---------------------------------------------------------------------------------
 
 
-def test_a_valid_policy_is_allowed_and_the_envelope_is_echoed(webhook):
+def test_a_valid_policy_is_allowed_and_the_envelope_is_echoed(webhook: RunningWebhook) -> None:
     review = review_of(obj(RETRY_ON_ROUTE))
     reply = webhook.post_review("/validate", review)
     assert reply.status == 200
@@ -84,7 +89,9 @@ def test_a_valid_policy_is_allowed_and_the_envelope_is_echoed(webhook):
     ]
 
 
-def test_a_broken_policy_is_denied_as_422_invalid_with_one_cause_per_violation(webhook):
+def test_a_broken_policy_is_denied_as_422_invalid_with_one_cause_per_violation(
+    webhook: RunningWebhook,
+) -> None:
     review = review_of(obj(BROKEN_TARGETS))
     reply = webhook.post_review("/validate", review)
     assert reply.status == 200  # a bad object is the user's problem, told in response.status
@@ -104,14 +111,16 @@ def test_a_broken_policy_is_denied_as_422_invalid_with_one_cause_per_violation(w
     assert {"PA-S01", "PA-S04"} <= rule_ids
 
 
-def test_a_policy_the_rules_cannot_read_is_denied_not_a_500(webhook):
+def test_a_policy_the_rules_cannot_read_is_denied_not_a_500(webhook: RunningWebhook) -> None:
     unreadable = obj(RETRY_ON_ROUTE) | {"spec": "maxRetries=3"}
     reply = webhook.post_review("/validate", review_of(unreadable))
     assert reply.status == 200
     assert reply.json()["response"]["allowed"] is False
 
 
-def test_a_policy_on_a_missing_route_is_allowed_with_a_pa_t06_warning(webhook):
+def test_a_policy_on_a_missing_route_is_allowed_with_a_pa_t06_warning(
+    webhook: RunningWebhook,
+) -> None:
     reply = webhook.post_review("/validate", review_of(obj(MISSING_ROUTE)))
     response = reply.json()["response"]
     assert response["allowed"] is True
@@ -121,7 +130,9 @@ def test_a_policy_on_a_missing_route_is_allowed_with_a_pa_t06_warning(webhook):
     assert "\n" not in warnings[0]
 
 
-def test_warnings_are_capped_at_ten_lines_and_the_last_says_how_many_were_left_out(webhook):
+def test_warnings_are_capped_at_ten_lines_and_the_last_says_how_many_were_left_out(
+    webhook: RunningWebhook,
+) -> None:
     many = obj(MISSING_ROUTE)
     many["spec"]["targetRefs"] = [
         {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": f"missing-{i}"}
@@ -135,13 +146,13 @@ def test_warnings_are_capped_at_ten_lines_and_the_last_says_how_many_were_left_o
     assert all("\n" not in line for line in warnings)
 
 
-def test_delete_of_a_policy_is_allowed(webhook):
+def test_delete_of_a_policy_is_allowed(webhook: RunningWebhook) -> None:
     review = review_of(None, operation="DELETE", old=obj(RETRY_ON_ROUTE))
     response = webhook.post_review("/validate", review).json()["response"]
     assert response == response | {"uid": review["request"]["uid"], "allowed": True}
 
 
-def test_content_type_is_not_checked(webhook):
+def test_content_type_is_not_checked(webhook: RunningWebhook) -> None:
     review = review_of(obj(RETRY_ON_ROUTE))
     reply = webhook.request(
         "POST", "/validate", json.dumps(review).encode(), {"Content-Type": "text/plain"}
@@ -152,9 +163,9 @@ def test_content_type_is_not_checked(webhook):
 # --- /mutate -----------------------------------------------------------------------------------
 
 
-def test_mutate_answers_allowed_with_at_most_a_json_patch(webhook, cluster):
-    from webhook.core.model.refs import ObjectKey
-
+def test_mutate_answers_allowed_with_at_most_a_json_patch(
+    webhook: RunningWebhook, cluster: Store
+) -> None:
     route = dict(
         cluster.get(ObjectKey("gateway.networking.k8s.io", "HTTPRoute", "apps", "r")) or {}
     )
@@ -167,7 +178,9 @@ def test_mutate_answers_allowed_with_at_most_a_json_patch(webhook, cluster):
         assert isinstance(json.loads(base64.b64decode(response["patch"])), list)
 
 
-def test_mutate_sends_the_cores_operations_base64_encoded(webhook, monkeypatch):
+def test_mutate_sends_the_cores_operations_base64_encoded(
+    webhook: RunningWebhook, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ops = [{"op": "add", "path": "/metadata/annotations/x", "value": "y"}]
     monkeypatch.setattr(mutation, "mutate", lambda request, *, view, settings: ops)
     response = webhook.post_review("/mutate", review_of(obj(RETRY_ON_ROUTE))).json()["response"]
@@ -175,13 +188,15 @@ def test_mutate_sends_the_cores_operations_base64_encoded(webhook, monkeypatch):
     assert json.loads(base64.b64decode(response["patch"])) == ops
 
 
-def test_a_review_is_decoded_with_the_collector_held(webhook, monkeypatch):
+def test_a_review_is_decoded_with_the_collector_held(
+    webhook: RunningWebhook, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Decoding builds a tree of new containers and no cycle: no collection walks it meanwhile
     (`heap.held`), and the collector is back on for everything after."""
     seen: list[bool] = []
     decode = reviews.decode_review
 
-    def watched(body: bytes) -> Any:
+    def watched(body: bytes) -> reviews.Request:
         seen.append(gc.isenabled())
         return decode(body)
 
@@ -215,7 +230,9 @@ def envelope(api_version: str, **request: Any) -> bytes:
     ],
 )
 @pytest.mark.parametrize("path", ["/validate", "/mutate"])
-def test_a_malformed_review_is_http_400_with_a_short_explanation(webhook, path, body, why):
+def test_a_malformed_review_is_http_400_with_a_short_explanation(
+    webhook: RunningWebhook, path: str, body: bytes, why: str
+) -> None:
     reply = webhook.request("POST", path, body, {"Content-Type": "application/json"})
     assert reply.status == 400
     status = reply.json()
@@ -225,7 +242,7 @@ def test_a_malformed_review_is_http_400_with_a_short_explanation(webhook, path, 
     assert len(status["message"]) < 300
 
 
-def test_a_body_over_7_mib_is_http_413(webhook):
+def test_a_body_over_7_mib_is_http_413(webhook: RunningWebhook) -> None:
     review = review_of(obj(RETRY_ON_ROUTE))
     review["request"]["object"]["metadata"]["annotations"] = {"big": "x" * server.MAX_BODY_BYTES}
     reply = webhook.post_review("/validate", review)
@@ -233,7 +250,7 @@ def test_a_body_over_7_mib_is_http_413(webhook):
     assert reply.json()["reason"] == "RequestEntityTooLarge"
 
 
-def test_a_chunked_body_over_7_mib_is_http_413(webhook):
+def test_a_chunked_body_over_7_mib_is_http_413(webhook: RunningWebhook) -> None:
     chunk = b" " * (1024 * 1024)
     chunks = iter([b"{"] + [chunk] * 8 + [b"}"])
     conn = webhook_connection(webhook)
@@ -244,7 +261,7 @@ def test_a_chunked_body_over_7_mib_is_http_413(webhook):
         conn.close()
 
 
-def test_a_body_just_under_the_cap_is_read(webhook):
+def test_a_body_just_under_the_cap_is_read(webhook: RunningWebhook) -> None:
     review = review_of(obj(RETRY_ON_ROUTE))
     review["request"]["object"]["metadata"]["annotations"] = {"big": ""}
     padding = server.MAX_BODY_BYTES - len(json.dumps(review).encode())
@@ -254,16 +271,16 @@ def test_a_body_just_under_the_cap_is_read(webhook):
     assert webhook.request("POST", "/validate", body).status == 200
 
 
-def webhook_connection(webhook):
-    import http.client
-
+def webhook_connection(webhook: RunningWebhook) -> http.client.HTTPSConnection:
     return http.client.HTTPSConnection(
         "127.0.0.1", webhook.port, context=webhook.client_context, timeout=30
     )
 
 
-def test_an_exception_in_the_core_is_http_500_and_logged_with_the_uid(webhook, monkeypatch, caplog):
-    def broken(request, *, view, settings):
+def test_an_exception_in_the_core_is_http_500_and_logged_with_the_uid(
+    webhook: RunningWebhook, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(request: reviews.Request, *, view: ClusterView, settings: Settings) -> NoReturn:
         raise KeyError("a bug of ours")
 
     monkeypatch.setattr(admission, "validate", broken)
@@ -283,7 +300,9 @@ def test_an_exception_in_the_core_is_http_500_and_logged_with_the_uid(webhook, m
 # --- the decision log --------------------------------------------------------------------------
 
 
-def test_each_decision_is_one_json_log_line_without_the_body(webhook, caplog):
+def test_each_decision_is_one_json_log_line_without_the_body(
+    webhook: RunningWebhook, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     review = review_of(obj(BROKEN_TARGETS), uid="uid-denied", dry_run=True)
     webhook.post_review("/validate", review)
@@ -301,7 +320,9 @@ def test_each_decision_is_one_json_log_line_without_the_body(webhook, caplog):
     assert "maxRetries" not in json.dumps(line)
 
 
-def test_bodies_are_logged_only_when_asked(start_webhook, caplog):
+def test_bodies_are_logged_only_when_asked(
+    start_webhook: Callable[..., RunningWebhook], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     with start_webhook(log_bodies=True) as hook:
         hook.post_review("/validate", review_of(obj(RETRY_ON_ROUTE), uid="uid-logged"))

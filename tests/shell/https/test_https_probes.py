@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fixtures.https import policy, review_of
+from tests.fixtures.https import RunningWebhook, policy, review_of
 
 DENIED = """
 apiVersion: policies.example.com/v1alpha1
@@ -18,17 +20,19 @@ spec:
 """
 
 
-def test_healthz_says_ok_while_the_process_answers(webhook):
+def test_healthz_says_ok_while_the_process_answers(webhook: RunningWebhook) -> None:
     reply = webhook.request("GET", "/healthz")
     assert (reply.status, reply.text) == (200, "ok")
 
 
-def test_readyz_is_200_once_tls_is_served_and_not_draining(webhook):
+def test_readyz_is_200_once_tls_is_served_and_not_draining(webhook: RunningWebhook) -> None:
     reply = webhook.request("GET", "/readyz")
     assert (reply.status, reply.text) == (200, "ok")
 
 
-def test_readyz_is_503_with_the_reason_while_a_condition_fails(start_webhook):
+def test_readyz_is_503_with_the_reason_while_a_condition_fails(
+    start_webhook: Callable[..., RunningWebhook],
+) -> None:
     with start_webhook() as hook:
         hook.in_loop(
             lambda: hook.readiness.set("state-synced", False, "waiting for the first list")
@@ -40,13 +44,15 @@ def test_readyz_is_503_with_the_reason_while_a_condition_fails(start_webhook):
         assert hook.request("GET", "/readyz").status == 200
 
 
-def test_healthz_stays_200_when_not_ready(start_webhook):
+def test_healthz_stays_200_when_not_ready(start_webhook: Callable[..., RunningWebhook]) -> None:
     with start_webhook() as hook:
         hook.in_loop(lambda: hook.readiness.set("state-synced", False, "pending"))
         assert hook.request("GET", "/healthz").status == 200
 
 
-def test_metrics_count_requests_by_endpoint_and_verdict_and_findings_by_rule(start_webhook):
+def test_metrics_count_requests_by_endpoint_and_verdict_and_findings_by_rule(
+    start_webhook: Callable[..., RunningWebhook],
+) -> None:
     with start_webhook() as hook:
         hook.post_review("/validate", review_of(policy(DENIED)))
         hook.request("POST", "/validate", b"not json")

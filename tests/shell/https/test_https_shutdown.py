@@ -13,12 +13,14 @@ import signal
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from pathlib import Path
 
 import pytest
+import trustme
 
 from tests.fixtures.https import policy, review_of, write_pair
 from webhook.core.model.settings import Settings
+from webhook.core.state.store import ClusterView, Store
 from webhook.shell.https import server
 from webhook.shell.https.tls import ReloadingTLS
 from webhook.shell.process.metrics import Metrics
@@ -92,7 +94,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 10
 
 
 class Harness:
-    def __init__(self, cluster: Any, cert_files: tuple[Any, Any]) -> None:
+    def __init__(self, cluster: ClusterView, cert_files: tuple[Path, Path]) -> None:
         self.readiness = Readiness("tls", "not-draining")
         self.app = server.build_app(
             view=cluster, settings=Settings(), readiness=self.readiness, metrics=Metrics()
@@ -101,7 +103,7 @@ class Harness:
         self.stop = asyncio.Event()
         self.port = 0
 
-    async def start(self, **options: Any) -> asyncio.Task[None]:
+    async def start(self, **options: float) -> asyncio.Task[None]:
         started = asyncio.Event()
 
         def on_started(running: server.HttpsServer) -> None:
@@ -125,11 +127,13 @@ class Harness:
 
 
 @pytest.fixture
-def cert_files(tmp_path, serving_cert):
+def cert_files(tmp_path: Path, serving_cert: trustme.LeafCert) -> tuple[Path, Path]:
     return write_pair(serving_cert, tmp_path)
 
 
-def test_sigterm_drains_in_flight_reviews_while_readyz_fails(cluster, cert_files, client_context):
+def test_sigterm_drains_in_flight_reviews_while_readyz_fails(
+    cluster: Store, cert_files: tuple[Path, Path], client_context: ssl.SSLContext
+) -> None:
     async def scenario() -> None:
         hook = Harness(cluster, cert_files)
         serving = await hook.start(drain_timeout=10, shutdown_delay=1.5)
@@ -177,7 +181,9 @@ def test_sigterm_drains_in_flight_reviews_while_readyz_fails(cluster, cert_files
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # our handler is gone again
 
 
-def test_the_drain_is_bounded_by_its_timeout(cluster, cert_files, client_context):
+def test_the_drain_is_bounded_by_its_timeout(
+    cluster: Store, cert_files: tuple[Path, Path], client_context: ssl.SSLContext
+) -> None:
     async def scenario() -> float:
         hook = Harness(cluster, cert_files)
         serving = await hook.start(drain_timeout=0.5)
@@ -198,7 +204,9 @@ def test_the_drain_is_bounded_by_its_timeout(cluster, cert_files, client_context
     assert 0.4 < took < 3.0
 
 
-def test_idle_keep_alive_connections_do_not_hold_the_shutdown(cluster, cert_files, client_context):
+def test_idle_keep_alive_connections_do_not_hold_the_shutdown(
+    cluster: Store, cert_files: tuple[Path, Path], client_context: ssl.SSLContext
+) -> None:
     async def scenario() -> float:
         hook = Harness(cluster, cert_files)
         serving = await hook.start(drain_timeout=10)

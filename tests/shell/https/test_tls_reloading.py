@@ -8,13 +8,14 @@ import os
 import ssl
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trustme
 from cryptography import x509
 
-from tests.fixtures.https import sha256_of_leaf, write_pair
+from tests.fixtures.https import RunningWebhook, sha256_of_leaf, write_pair
 from webhook.shell.https.tls import ReloadingTLS, TLSConfigError, self_signed
 from webhook.shell.process.metrics import Metrics
 
@@ -69,8 +70,12 @@ def trusts_both(ca: trustme.CA, second_ca: trustme.CA) -> ssl.SSLContext:
 
 
 def test_a_rotated_secret_is_served_after_reload_without_restart(
-    tmp_path, start_webhook, serving_cert, rotated_cert, trusts_both
-):
+    tmp_path: Path,
+    start_webhook: Callable[..., RunningWebhook],
+    serving_cert: trustme.LeafCert,
+    rotated_cert: trustme.LeafCert,
+    trusts_both: ssl.SSLContext,
+) -> None:
     volume = SecretVolume(tmp_path / "secret", serving_cert)
     tls = ReloadingTLS(volume.cert_file, volume.key_file, poll_interval=0)
     with start_webhook(tls=tls) as hook:
@@ -92,8 +97,12 @@ def test_a_rotated_secret_is_served_after_reload_without_restart(
 
 
 def test_the_poll_picks_up_a_pair_rewritten_in_place(
-    tmp_path, start_webhook, serving_cert, rotated_cert, trusts_both
-):
+    tmp_path: Path,
+    start_webhook: Callable[..., RunningWebhook],
+    serving_cert: trustme.LeafCert,
+    rotated_cert: trustme.LeafCert,
+    trusts_both: ssl.SSLContext,
+) -> None:
     cert_file, key_file = write_pair(serving_cert, tmp_path)
     metrics = Metrics()
     tls = ReloadingTLS(cert_file, key_file, poll_interval=0.05, metrics=metrics)
@@ -109,6 +118,10 @@ def test_the_poll_picks_up_a_pair_rewritten_in_place(
             b'policy_webhook_tls_reloads_total{result="ok"} 1.0'
             in hook.request("GET", "/metrics").body
         )
+
+
+# Breaks the pair on disk, given (certificate file, key file, another valid certificate).
+Damage = Callable[[Path, Path, trustme.LeafCert], None]
 
 
 def corrupt_cert(cert_file: Path, key_file: Path, other: trustme.LeafCert) -> None:
@@ -131,8 +144,14 @@ def missing_cert(cert_file: Path, key_file: Path, other: trustme.LeafCert) -> No
 
 @pytest.mark.parametrize("damage", [corrupt_cert, mismatched_key, empty_key, missing_cert])
 def test_a_bad_pair_is_rejected_and_the_last_good_one_keeps_serving(
-    tmp_path, start_webhook, serving_cert, rotated_cert, trusts_both, caplog, damage
-):
+    tmp_path: Path,
+    start_webhook: Callable[..., RunningWebhook],
+    serving_cert: trustme.LeafCert,
+    rotated_cert: trustme.LeafCert,
+    trusts_both: ssl.SSLContext,
+    caplog: pytest.LogCaptureFixture,
+    damage: Damage,
+) -> None:
     cert_file, key_file = write_pair(serving_cert, tmp_path)
     tls = ReloadingTLS(cert_file, key_file, poll_interval=0)
     with start_webhook(tls=tls) as hook:
@@ -153,8 +172,8 @@ def test_a_bad_pair_is_rejected_and_the_last_good_one_keeps_serving(
 
 
 def test_an_unusable_pair_at_start_up_is_an_error_naming_the_files(
-    tmp_path, serving_cert, rotated_cert
-):
+    tmp_path: Path, serving_cert: trustme.LeafCert, rotated_cert: trustme.LeafCert
+) -> None:
     cert_file, key_file = write_pair(serving_cert, tmp_path)
     rotated_cert.cert_chain_pems[0].write_to_path(cert_file)
     with pytest.raises(TLSConfigError, match=r"tls\.crt"):
@@ -178,12 +197,12 @@ def handshake(port: int, context: ssl.SSLContext) -> ssl.SSLSocket:
     return context.wrap_socket(raw, server_hostname="127.0.0.1")
 
 
-def test_the_context_accepts_nothing_older_than_tls_1_2(webhook):
+def test_the_context_accepts_nothing_older_than_tls_1_2(webhook: RunningWebhook) -> None:
     # Not provable by a handshake here: OpenSSL 3 clients refuse TLS 1.1 before asking.
     assert webhook.tls.context.minimum_version == ssl.TLSVersion.TLSv1_2
 
 
-def test_tls_1_2_offers_only_aead_suites(webhook, ca):
+def test_tls_1_2_offers_only_aead_suites(webhook: RunningWebhook, ca: trustme.CA) -> None:
     cbc_only = ssl.create_default_context()
     ca.configure_trust(cbc_only)
     cbc_only.maximum_version = ssl.TLSVersion.TLSv1_2
@@ -195,17 +214,24 @@ def test_tls_1_2_offers_only_aead_suites(webhook, ca):
     ca.configure_trust(tls12)
     tls12.maximum_version = ssl.TLSVersion.TLSv1_2
     with handshake(webhook.port, tls12) as sock:
-        name, version, _ = sock.cipher()
+        cipher = sock.cipher()  # None only before the handshake, which `wrap_socket` has done
+        assert cipher is not None
+        name, version, _ = cipher
         assert version == "TLSv1.2"
         assert "GCM" in name or "CHACHA20" in name
 
 
-def test_tls_1_3_is_served(webhook, client_context):
+def test_tls_1_3_is_served(webhook: RunningWebhook, client_context: ssl.SSLContext) -> None:
     with handshake(webhook.port, client_context) as sock:
         assert sock.version() == "TLSv1.3"
 
 
-def test_a_client_ca_makes_client_certificates_required(tmp_path, ca, serving_cert, start_webhook):
+def test_a_client_ca_makes_client_certificates_required(
+    tmp_path: Path,
+    ca: trustme.CA,
+    serving_cert: trustme.LeafCert,
+    start_webhook: Callable[..., RunningWebhook],
+) -> None:
     cert_file, key_file = write_pair(serving_cert, tmp_path)
     client_ca = tmp_path / "client-ca.crt"
     ca.cert_pem.write_to_path(client_ca)
@@ -225,8 +251,8 @@ def test_a_client_ca_makes_client_certificates_required(tmp_path, ca, serving_ce
 
 
 def test_self_signed_writes_a_ca_and_a_serving_pair_that_clients_can_verify(
-    tmp_path, start_webhook
-):
+    tmp_path: Path, start_webhook: Callable[..., RunningWebhook]
+) -> None:
     files = self_signed(tmp_path / "generated", dns_names=["policy-webhook.infra.svc"])
     assert files.ca_file is not None
     assert [p.name for p in (files.ca_file, files.cert_file, files.key_file)] == [

@@ -36,7 +36,7 @@ def record(
     )
 
 
-def test_a_record_is_one_json_object_with_time_level_logger_and_msg():
+def test_a_record_is_one_json_object_with_time_level_logger_and_msg() -> None:
     line = JsonFormatter().format(record("admission %s", "denied"))
     assert "\n" not in line
     entry = json.loads(line)
@@ -46,7 +46,7 @@ def test_a_record_is_one_json_object_with_time_level_logger_and_msg():
     assert entry["time"].endswith("+00:00")
 
 
-def test_fields_are_merged_and_never_hide_the_envelope():
+def test_fields_are_merged_and_never_hide_the_envelope() -> None:
     entry = json.loads(
         JsonFormatter().format(record("m", **fields(uid="u1", rules=["PA-S01"], msg="x")))
     )
@@ -56,12 +56,12 @@ def test_fields_are_merged_and_never_hide_the_envelope():
     assert entry["field.msg"] == "x"
 
 
-def test_values_json_cannot_encode_are_written_as_text():
+def test_values_json_cannot_encode_are_written_as_text() -> None:
     entry = json.loads(JsonFormatter().format(record("m", **fields(where=object.__new__(object)))))
     assert entry["where"].startswith("<object object")
 
 
-def test_a_traceback_stays_inside_the_one_line():
+def test_a_traceback_stays_inside_the_one_line() -> None:
     try:
         raise RuntimeError("boom")
     except RuntimeError:
@@ -73,7 +73,9 @@ def test_a_traceback_stays_inside_the_one_line():
     assert "RuntimeError: boom" in json.loads(line)["exc_info"]
 
 
-def test_setup_logging_json_routes_every_logger_through_one_handler(root_logger):
+def test_setup_logging_json_routes_every_logger_through_one_handler(
+    root_logger: logging.Logger,
+) -> None:
     out = io.StringIO()
     setup_logging("debug", json=True, stream=out)
     logging.getLogger("webhook.shell.https.server").debug("hello", extra=fields(port=8443))
@@ -84,7 +86,7 @@ def test_setup_logging_json_routes_every_logger_through_one_handler(root_logger)
     assert len(root_logger.handlers) == 1
 
 
-def test_setup_logging_text_is_for_people(root_logger):
+def test_setup_logging_text_is_for_people(root_logger: logging.Logger) -> None:
     out = io.StringIO()
     setup_logging(logging.INFO, json=False, stream=out)
     logging.getLogger("webhook.x").info("listening", extra=fields(port=8443, host="::"))
