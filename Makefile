@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8443
 
-.PHONY: install dev demo test test-unit test-e2e lint format docs bench clean
+.PHONY: install dev demo test test-unit test-e2e lint format docs bench bench-e2e clean
 
 $(BIN)/policy-webhook: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ docs: install  ## regenerate the pages made from code (rules table, configuratio
 
 bench: install  ## every benchmark figure of docs/performance.md
 	$(BIN)/python -m bench
+
+bench-e2e: install  ## bulk writes and convergence on a real kube-apiserver (~40 minutes; its own page section)
+	$(BIN)/python tests/e2e/provision.py
+	$(BIN)/python -m bench e2e
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -12,8 +12,8 @@ import platform
 from collections.abc import Mapping
 from typing import Any
 
-from bench import traffic
-from bench.report import GROWTH_COSTS, TIMES
+from bench import page_e2e, traffic
+from bench.report import GROWTH_COSTS, SEPARATE_PARTS, TIMES
 
 X = TIMES
 
@@ -81,6 +81,8 @@ def render(
         out += _scale(parts["scale"])
     if "growth" in parts:
         out += _growth(parts["growth"])
+    if "e2e" in parts:
+        out += page_e2e.section(parts["e2e"])
     if plotted:
         out += [
             "## Plot",
@@ -246,7 +248,11 @@ def _growth_reading(f: Mapping[str, float]) -> list[str]:
 
 def _code(parts: Mapping[str, Any]) -> list[str]:
     """Which code was measured; a loud note when parts saw different code."""
-    codes = {name: p["code"] for name, p in parts.items() if isinstance(p, Mapping) and "code" in p}
+    codes = {
+        name: p["code"]
+        for name, p in parts.items()
+        if isinstance(p, Mapping) and "code" in p and name not in SEPARATE_PARTS
+    }
     if not codes:
         return []
     digests = {c["digest"] for c in codes.values()}

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import math
 import platform
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+SEPARATE_PARTS = frozenset({"e2e"})  # run alone; their page section is spliced in
 TIMES = "\N{MULTIPLICATION SIGN}"
 DOCS = ROOT / "docs"
 GROWTH_COSTS: dict[str, str] = {
@@ -62,7 +63,7 @@ TARGETS: tuple[Target, ...] = (
 
 def load_parts(out: Path) -> dict[str, Any]:
     parts = {}
-    for name in ("http", "scale", "growth", "profile", "choices"):
+    for name in ("http", "scale", "growth", "profile", "choices", "e2e"):
         path = out / f"{name}.json"
         if path.exists():
             parts[name] = json.loads(path.read_text(encoding="utf-8"))
@@ -91,11 +92,14 @@ def flatten(parts: Mapping[str, Any]) -> dict[str, float]:
         flat.update(_numbers(parts["growth"]["exponents"], prefix="growth_exponent_"))
     if "choices" in parts:
         flat.update(_numbers(parts["choices"], prefix="choice_"))
-    codes = {p["code"]["digest"] for p in parts.values() if isinstance(p, Mapping) and "code" in p}
+    if "e2e" in parts:
+        flat.update(_numbers(parts["e2e"].get("figures", {}), prefix="e2e_"))
+    # The end-to-end part is run on its own schedule (`make bench-e2e`) and says which code it
+    # measured in its own section: it does not make the other parts' code inconsistent.
+    together = [p for name, p in parts.items() if name not in SEPARATE_PARTS]
+    codes = {p["code"]["digest"] for p in together if isinstance(p, Mapping) and "code" in p}
     changed = any(
-        p.get("code", {}).get("changed_during_part")
-        for p in parts.values()
-        if isinstance(p, Mapping)
+        p.get("code", {}).get("changed_during_part") for p in together if isinstance(p, Mapping)
     )
     flat["code_consistent"] = int(len(codes) <= 1 and not changed)
     for target in TARGETS:
@@ -281,13 +285,30 @@ def write_page(
     )
 
 
-def write_all(out: Path, *, docs: bool, log: Callable[[str], None] = print) -> dict[str, float]:
+def write_all(
+    out: Path,
+    *,
+    docs: bool,
+    log: Callable[[str], None] = print,
+    only: Sequence[str] = (),
+) -> dict[str, float]:
+    """results.json, then the page and the plot; a run of separate parts alone (`only`)
+    rewrites only their sections of the page, leaving the rest as the last full run wrote it."""
     parts = load_parts(out)
     flat = flatten(parts)
     (out / "results.json").write_text(
         json.dumps(flat, indent=1, sort_keys=True) + "\n", encoding="utf-8"
     )
     log(f"wrote {_rel(out / 'results.json')} ({len(flat)} figures)")
+    if docs and only and set(only) <= SEPARATE_PARTS:
+        from bench import page_e2e
+
+        page = DOCS / "performance.md"
+        if "e2e" in parts:
+            text = page_e2e.splice(page.read_text(encoding="utf-8"), page_e2e.section(parts["e2e"]))
+            page.write_text(text, encoding="utf-8")
+            log(f"wrote the end-to-end section of {_rel(page)} (the rest left as it was)")
+        return flat
     if docs:
         plotted = plot(parts, flat, DOCS / "performance.png")
         write_page(parts, flat, DOCS / "performance.md", plotted=plotted)
