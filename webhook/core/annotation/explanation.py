@@ -2,7 +2,7 @@
 
 Renders the engine's results as text: per policy kind, per group of identical contexts, each
 field's value and its source (policy, stanza, level), then the settings that lost and why.
-The machine form is the annotation value itself (`summary.summary_value`).
+The machine form is `explain_document`'s; what people type to name the object, `spellings`.
 """
 
 from __future__ import annotations
@@ -15,48 +15,7 @@ from webhook.core.engine.board import ContextResult
 from webhook.core.engine.effective import KindResult
 from webhook.core.model import pointer
 from webhook.core.model.leaves import is_unset
-from webhook.core.model.refs import GroupKind, ObjectKey
-
-# `kubectl get` style short names, and the plural/singular lowercase forms people type.
-ALIASES: dict[str, str] = {
-    "gc": "GatewayClass", "gtw": "Gateway", "gw": "Gateway", "svc": "Service", "ns": "Namespace",
-    "ls": "ListenerSet", "route": "HTTPRoute",
-}  # fmt: skip
-KINDS: dict[str, GroupKind] = {
-    gk.kind.lower(): gk
-    for gk in (
-        GroupKind("gateway.networking.k8s.io", k)
-        for k in (
-            "GatewayClass",
-            "Gateway",
-            "ListenerSet",
-            "HTTPRoute",
-            "GRPCRoute",
-            "TLSRoute",
-            "TCPRoute",
-            "UDPRoute",
-        )
-    )
-} | {"service": GroupKind("", "Service")}
-
-
-class UnknownKind(ValueError):
-    """`explain` was asked about a kind it does not annotate; the message lists the known ones."""
-
-
-def parse_target(text: str, namespace: str) -> ObjectKey:
-    """`HTTPRoute/storefront`, `httproutes/storefront`, `svc/foo`, `gatewayclass/acme` → key."""
-    kind_text, sep, name = text.partition("/")
-    if not sep or not name or "/" in name:
-        raise UnknownKind(f"expected KIND/NAME, got {text!r}")
-    word = kind_text.split(".", 1)[0].lower()
-    word = ALIASES.get(word, word).lower()
-    gk = KINDS.get(word) or KINDS.get(word.removesuffix("es")) or KINDS.get(word.removesuffix("s"))
-    if gk is None:
-        known = ", ".join(sorted(g.kind for g in KINDS.values()))
-        raise UnknownKind(f"cannot explain {kind_text!r}: known kinds are {known}")
-    cluster_scoped = gk.kind == "GatewayClass"
-    return ObjectKey(gk.group, gk.kind, "" if cluster_scoped else namespace, name)
+from webhook.core.model.refs import ObjectKey
 
 
 def render_text(key: ObjectKey, results: Sequence[KindResult]) -> str:

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
-from webhook.core.model import catalog
+from webhook.core.model import catalog, meta
 from webhook.core.model.kinds import DEFAULT_TARGETS
 from webhook.core.model.refs import GroupKind, canonical_group
 
@@ -109,9 +109,7 @@ def profile_from_crd(crd: Mapping[str, Any]) -> KindProfile | None:
     gk = defined_kind(crd)
     if gk is None:
         return None
-    metadata = crd.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    klass = class_from_label(labels.get(POLICY_LABEL) if isinstance(labels, Mapping) else None)
+    klass = class_from_label(meta.labels_of(crd).get(POLICY_LABEL))
     if klass is None and gk not in catalog.BY_KIND:
         return None
     spec = crd["spec"]
@@ -309,13 +307,33 @@ def _rule_actions(value: object, where: str, known_rules: frozenset[str]) -> Map
     if not isinstance(value, Mapping):
         raise ConfigError(f"config: {where} must map rule IDs to deny|warn|audit|off")
     out: dict[str, Action] = {}
-    for rule_id, action in value.items():
+    for rule_id, raw in value.items():
         if rule_id not in known_rules:
             raise ConfigError(f"config: {where} names unknown rule {rule_id!r}")
-        if action not in ACTIONS:
-            raise ConfigError(f"config: {where}.{rule_id} must be one of deny, warn, audit, off")
+        # YAML 1.1 reads an unquoted `off` (and `no`, `false`) as the boolean false: the
+        # documented `PA-T06: off` must mean what it says however it was written.
+        action = "off" if raw is False else raw
+        if not _is_action(action):
+            raise ConfigError(
+                f"config: {where}.{rule_id} must be one of deny, warn, audit, off; got "
+                f'{_as_written(raw)} — quote the value (`{rule_id}: "warn"`) so that YAML '
+                "reads it as a string"
+            )
         out[rule_id] = action
     return out
+
+
+def _is_action(value: object) -> TypeGuard[Action]:
+    return value in ACTIONS
+
+
+def _as_written(value: object) -> str:
+    """How YAML gave us a value, in YAML's words: `true`, `3`, `'deny '`."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if value is None:
+        return "nothing (null)"
+    return repr(value)
 
 
 def _field_map(value: object, where: str) -> Mapping[str, str]:

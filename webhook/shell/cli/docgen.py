@@ -31,6 +31,8 @@ def flags_markdown() -> str:
     out: list[str] = []
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in subparsers.choices.items():
+        if not any(action.option_strings and action.dest != "help" for action in sub._actions):
+            continue  # `config validate FILE`: nothing to configure
         out.append(
             f"### `policy-webhook {name}`\n\n| flag | environment | default | meaning |\n|---|---|---|---|\n"
         )
@@ -38,7 +40,10 @@ def flags_markdown() -> str:
             if not action.option_strings or action.dest == "help":
                 continue
             flag = max(action.option_strings, key=len)
-            env = f"`{env_name(flag)}`" if name in ("serve", "check", "explain") else ""
+            # Every flag of `serve` reads its variable (the Deployment sets them); elsewhere
+            # only the engine flags do, and they say so (`main._env_flag`).
+            reads_env = name == "serve" or getattr(action, "env_var", None)
+            env = f"`{env_name(flag)}`" if reads_env else ""
             default = (
                 "" if action.default in (None, False, argparse.SUPPRESS) else f"`{action.default}`"
             )

@@ -1,57 +1,117 @@
 """`policy-webhook explain KIND/NAME`: read the state, ask the engine, print (SPEC §7).
 
-State comes from `--manifests` or, without it, from the cluster (one full list through the
-same informers the webhook uses, then they stop). `-o json` prints the annotation value.
+State comes from `--manifests`, or from the cluster (`connection` chooses it as kubectl would
+and checks that it answers, before the engine loads; `cluster.snapshot` lists each resource
+once; one line and exit 2 when it cannot be read). An object
+kind explains that object's effective policies; a policy kind what that policy reaches, where
+it wins and where it loses. `-o table` is for people; `-o json|yaml` print the full result in
+the schema of docs/cli.md (`explain_document`), never truncated.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
+from typing import TextIO
 
-from webhook.core.annotation import explanation as explain
-from webhook.core.annotation import summary
+from webhook.core.annotation import explain_document, explanation, policy_reach, spellings
 from webhook.core.engine import effective
 from webhook.core.model.profiles import OperatorConfig
+from webhook.core.model.refs import ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
-from webhook.shell.cli.manifests import load_store
+from webhook.shell.cli import connection, manifests, output
+from webhook.shell.cluster.kubeconfig import ClusterUnavailable, Target
 from webhook.shell.process.errors import UsageError
 
 
-def run(args: argparse.Namespace, *, config: OperatorConfig, settings: Settings) -> int:
+def run(
+    args: argparse.Namespace,
+    *,
+    config: OperatorConfig,
+    settings: Settings,
+    target: Target | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Exit code 0. Without `--manifests`, the cluster `target` (`connection.reach`, else
+    chosen here); streams default to the process's own."""
+    out, err = out or sys.stdout, err or sys.stderr
     try:
-        key = explain.parse_target(args.target, args.namespace)
-    except explain.UnknownKind as exc:
+        spellings.split_words(args.target)  # a malformed target needs no state to be refused
+    except spellings.SpellingError as exc:
         raise UsageError(str(exc)) from None
     store = Store(config)
+    namespace = args.namespace
     if args.manifests:
-        load_store(args.manifests, store)
+        loaded = manifests.load(args.manifests, store)
+        notes = [f"{s.where}: skipped: {s.reason}" for s in loaded.skipped]
     else:
-        asyncio.run(_load_from_cluster(store, args.kubeconfig, settings))
+        target = target or connection.reach(args)
+        notes = _read_cluster(store, target, args, settings)
+        context_namespace = target.namespace
+        namespace = namespace or context_namespace
+    for note in notes:
+        err.write(f"policy-webhook: note: {note}\n")
+    try:
+        named = spellings.resolve(args.target, store)
+    except spellings.SpellingError as exc:
+        raise UsageError(str(exc)) from None
+    key = spellings.object_key(named, namespace or manifests.DEFAULT_NAMESPACE, store)
+    if named.is_policy:
+        policy = store.policy(key)
+        if policy is None:
+            raise UsageError(_not_found(key, store))
+        found = policy_reach.reach(policy, store)
+        if args.output == "table":
+            out.write(policy_reach.render_text(found))
+        else:
+            output.write(explain_document.policy_document(found), args.output, out)
+        return 0
     if store.get(key) is None:
-        raise UsageError(f"{key} not found")
+        raise UsageError(_not_found(key, store))
     results = effective.compute(key, store)
-    if args.output == "json":
-        value = summary.render(results, max_bytes=settings.annotation_max_bytes)
-        sys.stdout.write((value or "null") + "\n")
+    if args.output == "table":
+        out.write(explanation.render_text(key, results))
     else:
-        sys.stdout.write(explain.render_text(key, results))
+        output.write(explain_document.object_document(key, results), args.output, out)
     return 0
 
 
-async def _load_from_cluster(store: Store, kubeconfig: str | None, settings: Settings) -> None:
-    from webhook.shell.cluster import informers, kubeapi
+def _not_found(key: ObjectKey, store: Store) -> str:
+    """`HTTPRoute/apps/nope not found`, and where one of that name is, as a hint."""
+    elsewhere = [
+        ns for ns in spellings.namespaces_holding(key.group_kind, key.name, store)
+        if ns != key.namespace
+    ]  # fmt: skip
+    if not elsewhere:
+        return f"{key} not found"
+    where = ", ".join(elsewhere)
+    return (
+        f"{key} not found; {key.kind} {key.name!r} exists in namespace {where} "
+        f"(use -n {elsewhere[0]})"
+    )
 
-    api = await kubeapi.connect(kubeconfig)
+
+def _read_cluster(
+    store: Store, target: Target, args: argparse.Namespace, settings: Settings
+) -> list[str]:
+    """Fill `store` from the cluster; the notes of the read."""
+    from webhook.shell.cluster import snapshot  # the API client: only for a server that answers
+
+    # The client library logs (e.g. a token refresh); a command answers in its own words.
+    logging.getLogger("kubernetes_asyncio").addHandler(logging.NullHandler())
     try:
-        source = informers.ClusterSource(api, store, keep_annotation=settings.annotation_key)
-        source.start()
-        try:
-            if not await source.wait_synced(timeout=60):
-                raise UsageError("the cluster did not answer a full list within 60 s")
-        finally:
-            await source.stop()
-    finally:
-        await api.close()
+        read = asyncio.run(
+            snapshot.read_cluster(
+                store,
+                target,
+                timeout=args.request_timeout,
+                keep_annotation=settings.annotation_key,
+            )
+        )
+    except ClusterUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    return read.notes

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import tempfile
@@ -29,6 +30,7 @@ from webhook.shell.process import readiness as ready
 from webhook.shell.process.logs import fields, setup_logging
 from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
+from webhook.shell.process.serve_config import ServeConfig
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,12 @@ def add_flags(
     )
     add("--no-reconcile", action="store_true", default=env_bool("--no-reconcile"),
         help="serve admission only; never patch existing objects")  # fmt: skip
+    add("--no-sync-webhook-rules", action="store_true", default=env_bool("--no-sync-webhook-rules"),
+        help="never patch the rules of the policy webhooks; keep them by hand (docs/install.md)")  # fmt: skip
+    add("--webhook-configuration", default=env("--webhook-configuration", "policy-webhook"),
+        help="ValidatingWebhookConfiguration whose policy webhooks' rules the leader keeps in step with the readable policy kinds")  # fmt: skip
+    add("--webhook-rules-sync-seconds", type=float, default=float(env("--webhook-rules-sync-seconds", 10.0)),
+        help="how often the leader re-checks which policy kinds it may read and those rules (CRD changes: at once)")  # fmt: skip
     add("--reconcile-qps", type=float, default=float(env("--reconcile-qps", 20.0)),
         help="annotation patches per second the leader may send (token bucket)")  # fmt: skip
     add("--reconcile-burst", type=int, default=int(env("--reconcile-burst", 40)),
@@ -100,23 +108,30 @@ def _split(value: str | None) -> list[str] | None:
     return [part for part in value.split(",") if part] if value else None
 
 
-def run(args: argparse.Namespace, *, config: OperatorConfig, settings: Settings) -> int:
-    setup_logging(args.log_level, json=args.log_format == "json")
+def serve_config_from(args: argparse.Namespace) -> ServeConfig:
+    """The one place where the parsed flags become the typed value the wiring reads."""
+    values = {field.name: getattr(args, field.name) for field in dataclasses.fields(ServeConfig)}
+    values["manifests"] = tuple(args.manifests or ())
+    return ServeConfig(**values)
+
+
+def run(serve_config: ServeConfig, *, config: OperatorConfig, settings: Settings) -> int:
+    setup_logging(serve_config.log_level, json=serve_config.log_format == "json")
     try:
-        asyncio.run(_serve(args, config=config, settings=settings))
+        asyncio.run(_serve(serve_config, config=config, settings=settings))
     except TLSConfigError as exc:
         log.error("cannot serve TLS: %s", exc)
         return 2
     return 0
 
 
-def certificate_files(args: argparse.Namespace) -> CertFiles:
+def certificate_files(serve_config: ServeConfig) -> CertFiles:
     """The given pair, or a self-signed one whose CA path is logged for the caBundle."""
-    if args.tls_cert_file or args.tls_key_file:
-        if not (args.tls_cert_file and args.tls_key_file):
+    if serve_config.tls_cert_file or serve_config.tls_key_file:
+        if not (serve_config.tls_cert_file and serve_config.tls_key_file):
             raise TLSConfigError("--tls-cert-file and --tls-key-file go together")
-        return CertFiles(Path(args.tls_cert_file), Path(args.tls_key_file))
-    directory = args.self_signed_dir or tempfile.mkdtemp(prefix="policy-webhook-tls-")
+        return CertFiles(Path(serve_config.tls_cert_file), Path(serve_config.tls_key_file))
+    directory = serve_config.self_signed_dir or tempfile.mkdtemp(prefix="policy-webhook-tls-")
     files = self_signed(directory)
     log.warning(
         "no certificate given: serving a self-signed one; trust its CA at %s", files.ca_file,
@@ -125,52 +140,58 @@ def certificate_files(args: argparse.Namespace) -> CertFiles:
     return files
 
 
-async def _serve(args: argparse.Namespace, *, config: OperatorConfig, settings: Settings) -> None:
+async def _serve(serve_config: ServeConfig, *, config: OperatorConfig, settings: Settings) -> None:
     metrics = Metrics()
     readiness = Readiness(ready.TLS, ready.STATE_SYNCED, ready.NOT_DRAINING)
     store = Store(config)
     tls: ReloadingTLS | None = None
     files = CertFiles(Path(), Path())
-    if not args.insecure_dev_plaintext:
-        files = certificate_files(args)
+    if not serve_config.insecure_dev_plaintext:
+        files = certificate_files(serve_config)
         tls = ReloadingTLS(
             str(files.cert_file), str(files.key_file),
-            client_ca_file=args.client_ca_file, poll_interval=args.tls_poll_seconds, metrics=metrics,
+            client_ca_file=serve_config.client_ca_file, poll_interval=serve_config.tls_poll_seconds, metrics=metrics,
         )  # fmt: skip
     app = build_app(
         view=store,
         settings=settings,
         readiness=readiness,
         metrics=metrics,
-        log_bodies=args.log_bodies,
+        log_bodies=serve_config.log_bodies,
     )
     async with contextlib.AsyncExitStack() as stack:
-        if args.manifests:
-            _, where = load_store(args.manifests, store)
+        if serve_config.manifests:
+            _, where = load_store(serve_config.manifests, store)
             heap.settle("state loaded from manifests")  # before ready: the pause is at start
             readiness.set(ready.STATE_SYNCED, True, f"{len(where)} objects from manifests")
             log.info(
                 "state loaded from manifests",
-                extra=fields(objects=len(where), paths=args.manifests),
+                extra=fields(objects=len(where), paths=serve_config.manifests),
             )
         else:
             from webhook.shell.cluster import live  # kubernetes-asyncio only when a cluster is used
 
             await stack.enter_async_context(
                 live.running(
-                    args, store=store, settings=settings, metrics=metrics, readiness=readiness
+                    serve_config,
+                    store=store,
+                    settings=settings,
+                    metrics=metrics,
+                    readiness=readiness,
                 )
             )
         await serve(
             app,
             tls=tls,
             readiness=readiness,
-            host=args.host,
-            port=args.port,
-            drain_timeout=args.drain_seconds,
-            shutdown_delay=args.shutdown_delay_seconds,
+            host=serve_config.host,
+            port=serve_config.port,
+            drain_timeout=serve_config.drain_seconds,
+            shutdown_delay=serve_config.shutdown_delay_seconds,
             on_started=lambda server: log.info(
                 "serving",
-                extra=fields(host=args.host, port=server.port, ca_file=str(files.ca_file or "")),
+                extra=fields(
+                    host=serve_config.host, port=server.port, ca_file=str(files.ca_file or "")
+                ),
             ),
         )

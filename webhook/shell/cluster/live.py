@@ -1,14 +1,15 @@
-"""Cluster mode of `serve`: informers fill the store; the Lease holder reconciles annotations.
+"""Cluster mode of `serve`: informers fill the store; the Lease holder writes what it must.
 
 Wiring only. Every replica keeps the store in step with the API server (admission reads it);
 one replica at a time — the holder of a `coordination.k8s.io` Lease — also patches the
-annotation of existing objects (SPEC §3.2). `/readyz` waits for the first full sync (the
-informers report it), never for the Lease: a replica that does not lead still serves.
+annotation of existing objects (SPEC §3.2) and keeps the rules of the policy webhooks in step
+with the policy kinds it can read (`webhook_rules`; one writer, so that two versions during a
+rollout never undo each other). `/readyz` waits for the first full sync (the informers report
+it), never for the Lease: a replica that does not lead still serves.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -22,11 +23,13 @@ from webhook.core.state.store import Store
 from webhook.shell.cluster import informers, kubeapi
 from webhook.shell.cluster.leader import LeaderElector
 from webhook.shell.cluster.reconciler import Reconciler
+from webhook.shell.cluster.webhook_rules import WebhookRulesKeeper
 from webhook.shell.process import heap
 from webhook.shell.process import readiness as ready
 from webhook.shell.process.logs import fields
 from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
+from webhook.shell.process.serve_config import ServeConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +38,7 @@ EXPORT_SECONDS = 5.0  # how often cache counters and store sizes reach /metrics
 
 @contextlib.asynccontextmanager
 async def running(
-    args: argparse.Namespace,
+    serve_config: ServeConfig,
     *,
     store: Store,
     settings: Settings,
@@ -48,7 +51,7 @@ async def running(
     released (another replica takes over at once instead of after expiry), the watches end,
     and the API client closes.
     """
-    api = await kubeapi.connect(args.kubeconfig)
+    api = await kubeapi.connect(serve_config.kubeconfig)
     source = informers.ClusterSource(
         api,
         store,
@@ -57,16 +60,17 @@ async def running(
         readiness=readiness,
         before_ready=lambda: heap.settle("state synced"),
     )
-    cache = SummaryCache(store, settings, maxsize=args.cache_max_objects)
+    cache = SummaryCache(store, settings, maxsize=serve_config.cache_max_objects)
     reconciler: Reconciler | None = None
+    keeper: WebhookRulesKeeper | None = None
     elector: LeaderElector | None = None
     settling: asyncio.Task[None] | None = None
     exporter = _Exporter(
-        cache, store, metrics, source, readiness, max_age=args.max_state_age_seconds
+        cache, store, metrics, source, readiness, max_age=serve_config.max_state_age_seconds
     )
     try:
         source.start()  # readiness `state-synced` turns ok once every kind is listed
-        if args.no_reconcile:
+        if serve_config.no_reconcile:
             log.info("reconciler disabled (--no-reconcile): admission only")
         else:
             reconciler = Reconciler(
@@ -77,11 +81,24 @@ async def running(
                 metrics,
                 resources=lambda gk: source.watched().get(gk),
                 ready=source.synced,
-                qps=args.reconcile_qps,
-                burst=args.reconcile_burst,
-                resync_period=args.resync_seconds,
+                qps=serve_config.reconcile_qps,
+                burst=serve_config.reconcile_burst,
+                resync_period=serve_config.resync_seconds,
             )
-            elector = _elector(args, api, metrics, reconciler)
+        if serve_config.no_sync_webhook_rules:
+            log.info("policy webhooks' rules left as they are (--no-sync-webhook-rules)")
+        else:
+            keeper = WebhookRulesKeeper(
+                api,
+                store,
+                source,
+                metrics,
+                configuration=serve_config.webhook_configuration,
+                namespace=serve_config.leader_election_namespace,
+                period=serve_config.webhook_rules_sync_seconds,
+            )
+        if reconciler is not None or keeper is not None:
+            elector = _elector(serve_config, api, metrics, reconciler, keeper)
             elector.start()
         exporter.start()
         if reconciler is not None:
@@ -92,6 +109,8 @@ async def running(
             settling.cancel()
             await asyncio.gather(settling, return_exceptions=True)
         await exporter.stop()
+        if keeper is not None:
+            await keeper.stop()
         if reconciler is not None:
             await reconciler.stop()
             log.info(
@@ -118,19 +137,27 @@ async def _settle_heap(reconciler: Reconciler) -> None:
 
 
 def _elector(
-    args: argparse.Namespace, api: client.ApiClient, metrics: Metrics, reconciler: Reconciler
+    serve_config: ServeConfig,
+    api: client.ApiClient,
+    metrics: Metrics,
+    reconciler: Reconciler | None,
+    keeper: WebhookRulesKeeper | None,
 ) -> LeaderElector:
     def started() -> None:
-        reconciler.set_leading(True)  # waits for the first sync, then resyncs everything
+        for worker in (reconciler, keeper):
+            if worker is not None:
+                worker.set_leading(True)  # each waits for the first sync
 
     def stopped() -> None:
-        reconciler.set_leading(False)
+        for worker in (reconciler, keeper):
+            if worker is not None:
+                worker.set_leading(False)
 
-    lease = args.lease_duration_seconds
+    lease = serve_config.lease_duration_seconds
     return LeaderElector(
         api,
-        namespace=args.leader_election_namespace,
-        name=args.leader_election_name,
+        namespace=serve_config.leader_election_namespace,
+        name=serve_config.leader_election_name,
         # client-go's proportions: renew deadline 2/3 of the lease, retries every 2/15 of it.
         lease_duration=lease,
         renew_deadline=lease * 2 / 3,

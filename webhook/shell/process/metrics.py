@@ -1,19 +1,36 @@
 """Prometheus metrics, on a registry of our own (never the global one).
 
 Several apps in one process — tests, mostly — would otherwise collide on metric names. Every
-name starts with `policy_webhook_`. Admission metrics are fed by the HTTP server; the others
-are here so the informers, cache, reconciler and leader election have one place to report.
+name of ours starts with `policy_webhook_`; beside them, the client library's standard process
+(`process_*`) and platform (`python_info`) collectors. Admission metrics are fed by the HTTP
+server; the others are here so the informers, cache, reconciler, leader election and the
+webhook-rules keeper have one place to report. The alerts of manifests/components/monitoring
+name only metrics of this module (a test reads them against `render()`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from importlib import metadata
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+import prometheus_client
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.exposition import generate_latest
 
 PREFIX = "policy_webhook"
+DISTRIBUTION = "policy-attachment-webhook"
+# Set by the image build (Dockerfile, build argument REVISION): the git commit it was built from.
+REVISION_ENV = "POLICY_WEBHOOK_BUILD_REVISION"
 
 # The core answers in well under a millisecond on small states; the API server gives a webhook
 # at most 30 s (`timeoutSeconds` maximum), so the buckets span 100 µs to 10 s.
@@ -28,8 +45,23 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
+        # No `<name>_created` series beside every counter and histogram: one more series per
+        # label set that no alert or dashboard reads. The switch is the library's, process-wide,
+        # and read when a series is rendered.
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)  # CPU, memory, open files, start time (Linux /proc)
+        PlatformCollector(registry=r)  # python_info{version, implementation}
+
+        self.build_info = Gauge(
+            f"{PREFIX}_build_info",
+            "Always 1; the labels say which build runs (version of the package, git revision "
+            "of the image, `unknown` outside one).",
+            ["version", "revision"],
+            registry=r,
+        )
+        self.build_info.labels(version=package_version(), revision=build_revision()).set(1)
 
         # --- admission (HTTP server) ---------------------------------------------------------
         self.admission_requests = Counter(
@@ -134,6 +166,22 @@ class Metrics:
             registry=r,
         )
 
+        # --- the rules of the policy webhooks (leader only) ----------------------------------
+        self.policy_kind_readable = Gauge(
+            f"{PREFIX}_policy_kind_readable",
+            "Per policy kind (Kind.group) with a served CRD: 1 when the service account may "
+            "list and watch it (its policies are checked), 0 when not; on the leader only.",
+            ["kind"],
+            registry=r,
+        )
+        self.webhook_rules_syncs = Counter(
+            f"{PREFIX}_webhook_rules_syncs",
+            "Rounds of keeping the policy webhooks' rules in step with the readable policy "
+            "kinds, by result (unchanged, patched, conflict, missing, error).",
+            ["result"],
+            registry=r,
+        )
+
         # The labelled children of the admission metrics, by label values: `labels()` takes a
         # lock and checks its arguments on every call, several times per admission call, for
         # label sets that are few and never removed.
@@ -164,3 +212,14 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def package_version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def build_revision() -> str:
+    return os.environ.get(REVISION_ENV, "").strip() or "unknown"

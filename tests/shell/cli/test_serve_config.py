@@ -1,0 +1,41 @@
+"""`serve`'s flags become one typed, frozen `ServeConfig` in one place; the wiring reads it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from webhook.shell.cli.main import build_parser
+from webhook.shell.cli.serve import serve_config_from
+from webhook.shell.process.serve_config import ServeConfig
+
+ENGINE_FLAGS = {"config", "strict", "annotation_prefix", "annotation_max_bytes"}  # Settings'
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    found: argparse.ArgumentParser = commands.choices["serve"]
+    return found
+
+
+def test_every_serve_flag_is_a_field_and_every_field_a_flag() -> None:
+    flags = {a.dest for a in serve_parser()._actions if a.option_strings and a.dest != "help"}
+    assert flags - ENGINE_FLAGS == {field.name for field in dataclasses.fields(ServeConfig)}
+
+
+def test_the_config_is_built_from_the_parsed_flags_and_cannot_change() -> None:
+    args = build_parser().parse_args(
+        ["serve", "--port", "9443", "--manifests", "a", "--manifests", "b", "--no-reconcile"]
+    )
+    config = serve_config_from(args)
+    assert (config.port, config.manifests, config.no_reconcile) == (9443, ("a", "b"), True)
+    assert config.host == "0.0.0.0" and config.drain_seconds == 15.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.port = 1  # type: ignore[misc]
+
+
+def test_without_manifests_the_state_comes_from_the_cluster() -> None:
+    assert serve_config_from(build_parser().parse_args(["serve"])).manifests == ()

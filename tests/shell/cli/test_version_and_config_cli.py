@@ -1,0 +1,115 @@
+"""`policy-webhook version`, `--version` and `config validate`, through the console script.
+
+The version names the git revision when it is known (here: the checkout the tests run from).
+A config file's `off` means off however YAML read it, and a value it cannot read says to quote.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.console import run
+from tests.fixtures.paths import EXAMPLES, REPO
+from webhook.shell.cli import version
+
+LINE = re.compile(
+    r"^policy-webhook \d+\.\d+\.\d+\S* \(git ([0-9a-f]{12}(, modified)?|revision unknown)\)$"
+)
+
+
+def checkout_head() -> str | None:
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@pytest.mark.parametrize("args", [["version"], ["--version"]])
+def test_version_is_one_line_with_the_git_revision(args: list[str]) -> None:
+    ran = run(*args)
+    assert ran.code == 0, ran
+    assert LINE.match(ran.out.strip()), ran
+    head = checkout_head()
+    if head is not None and not version.REVISION_FILE.exists():
+        assert head[:12] in ran.out
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_version_for_machines(output: str) -> None:
+    import yaml
+
+    ran = run("version", "-o", output)
+    info = json.loads(ran.out) if output == "json" else yaml.safe_load(ran.out)
+    assert set(info) == {"version", "gitCommit", "gitTreeState", "python"}
+    assert info["gitTreeState"] in ("clean", "modified", "unknown")
+    head = checkout_head()
+    if head is not None and not version.REVISION_FILE.exists():
+        assert info["gitCommit"] == head
+
+
+def test_a_revision_file_written_by_a_build_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image has no `.git`: its build writes the revision into the package."""
+    revision = tmp_path / "REVISION"
+    revision.write_text("0123456789abcdef0123456789abcdef01234567 clean\n", encoding="utf-8")
+    monkeypatch.setattr(version, "REVISION_FILE", revision)
+    info = version.build_info()
+    assert (info.git_commit, info.git_tree_state) == (
+        "0123456789abcdef0123456789abcdef01234567",
+        "clean",
+    )
+    assert info.line().endswith("(git 0123456789ab)")
+
+
+# --- config validate ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "message"),
+    [
+        ("ruleActions:\n  PA-T06: off\n", 0, "valid (0 kind profiles, 1 global rule action)"),
+        ('ruleActions:\n  PA-T06: "off"\n', 0, "valid"),
+        ("ruleActions:\n  PA-T06: no\n", 0, "valid"),
+        (
+            "kinds:\n  - {group: policies.example.com, kind: RetryPolicy, ruleActions: {PA-T06: off}}\n",
+            0,
+            "valid (1 kind profile, 0 global rule actions)",
+        ),
+        ("ruleActions:\n  PA-T06: on\n", 2, "got true (a boolean) — quote the value"),
+        ("ruleActions:\n  PA-T06: fatal\n", 2, "got 'fatal' — quote the value"),
+        ("ruleActions:\n  PA-T99: deny\n", 2, "unknown rule 'PA-T99'"),
+        ("ruleActions: [unclosed\n", 2, "cannot read config"),
+    ],
+    ids=[
+        "off-bare",
+        "off-quoted",
+        "no",
+        "kind-off",
+        "on",
+        "unknown-value",
+        "unknown-rule",
+        "bad-yaml",
+    ],
+)
+def test_config_validate(tmp_path: Path, text: str, code: int, message: str) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(text, encoding="utf-8")
+    ran = run("config", "validate", str(config))
+    assert ran.code == code, ran
+    assert message in (ran.out if code == 0 else ran.err), ran
+    assert "Traceback" not in ran.err
+
+
+def test_a_rule_switched_off_by_a_bare_off_is_off(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("ruleActions:\n  PA-T06: off\n", encoding="utf-8")
+    t06 = EXAMPLES / "broken" / "t06-target-does-not-exist.yaml"
+    before = run("check", str(EXAMPLES / "cluster"), str(t06))
+    after = run("check", "--config", str(config), str(EXAMPLES / "cluster"), str(t06))
+    assert "[PA-T06]" in before.out and "[PA-T06]" not in after.out, after

@@ -1,0 +1,115 @@
+"""`policy-webhook version` and `--version`: the release, and the git revision when it is known.
+
+The revision is looked for where each way of installing leaves it: a `REVISION` file in the
+package (an image build writes it, since its context has no `.git`), pip's record of a VCS
+install (PEP 610 `direct_url.json`), or the git checkout the package runs from (an editable
+install; `modified` when tracked files differ from that commit). Otherwise it is `unknown`,
+never a guess. Imports nothing of the webhook: `version` must answer at once.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+DISTRIBUTION = "policy-attachment-webhook"
+PACKAGE_DIR = Path(__file__).resolve().parents[2]  # …/webhook
+REVISION_FILE = PACKAGE_DIR / "REVISION"
+GIT_SECONDS = 2.0  # a git that hangs (a network file system) must not hang `version`
+
+
+@dataclass(frozen=True, slots=True)
+class BuildInfo:
+    version: str
+    git_commit: str  # 40 hex digits, or "unknown"
+    git_tree_state: str  # "clean" | "modified" | "unknown" (kubectl's `gitTreeState`)
+    python: str
+
+    def line(self) -> str:
+        """`policy-webhook 0.1.0 (git 926c83f1a2b3)`, the form `--version` prints."""
+        if self.git_commit == "unknown":
+            return f"policy-webhook {self.version} (git revision unknown)"
+        state = ", modified" if self.git_tree_state == "modified" else ""
+        return f"policy-webhook {self.version} (git {self.git_commit[:12]}{state})"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "gitCommit": self.git_commit,
+            "gitTreeState": self.git_tree_state,
+            "python": self.python,
+        }
+
+
+def build_info() -> BuildInfo:
+    commit, state = _revision()
+    return BuildInfo(package_version(), commit, state, platform.python_version())
+
+
+def package_version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+def _revision() -> tuple[str, str]:
+    for found in (_from_file(), _from_direct_url(), _from_checkout()):
+        if found is not None:
+            return found
+    return "unknown", "unknown"
+
+
+def _from_file() -> tuple[str, str] | None:
+    try:
+        text = REVISION_FILE.read_text(encoding="utf-8").split()
+    except OSError:
+        return None
+    if not text:
+        return None
+    state = text[1] if len(text) > 1 and text[1] in ("clean", "modified") else "unknown"
+    return text[0], state
+
+
+def _from_direct_url() -> tuple[str, str] | None:
+    try:
+        raw = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        commit = json.loads(raw or "{}").get("vcs_info", {}).get("commit_id")
+    except (ValueError, AttributeError):
+        return None
+    return (commit, "clean") if isinstance(commit, str) and commit else None
+
+
+def _from_checkout() -> tuple[str, str] | None:
+    root = PACKAGE_DIR.parent
+    if not (root / ".git").exists():
+        return None  # installed into site-packages: not ours to ask git about
+    commit = _git(root, "rev-parse", "HEAD")
+    if commit is None:
+        return None
+    # Read-only: `--no-optional-locks` keeps `status` from refreshing the index file.
+    changes = _git(root, "--no-optional-locks", "status", "--porcelain", "--untracked-files=no")
+    state = "unknown" if changes is None else ("modified" if changes else "clean")
+    return commit, state
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=GIT_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
