@@ -1,41 +1,80 @@
 # syntax=docker/dockerfile:1
-# The policy webhook image: a virtualenv with the webhook and its dependencies on python:slim.
+# The policy webhook image: a virtualenv with the webhook and its dependencies on python:slim,
+# and the certificate scripts that components/cert-renewal runs from the same image.
 #
-#   docker build -t policy-webhook:0.1.0 .
+#   docker build -t policy-webhook:0.1.0 \
+#     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" \
+#     --build-arg SOURCE="$(git remote get-url origin)" .
 #
-# Stage 1 builds a wheel of this repository and installs it with its dependencies into a
-# virtualenv; stage 2 copies only that virtualenv. The build backend, the wheel files and pip
-# stay in stage 1; no pip cache is written anywhere (--no-cache-dir, PIP_NO_CACHE_DIR).
+# Supply chain:
+# - The base is pinned by digest: the tag says what it is, the digest is what is pulled, so a
+#   rebuild gets the same bytes until someone changes this line. The digest is the multi-arch
+#   index of python:3.11-slim-bookworm (Python 3.11.16, Debian 12) as Docker's official-images
+#   ledger, docker-library/repo-info (repos/python/remote/3.11-slim-bookworm.md), records it.
+#   To move on: `docker buildx imagetools inspect python:3.11-slim-bookworm` and paste the
+#   index digest here.
+# - Every Python package comes from requirements.lock (`make lock`, from pyproject.toml): exact
+#   versions with their sha256 hashes, so pip refuses any file whose hash differs. The build
+#   backend (setuptools, wheel) is in the lock too and builds without isolation, so nothing is
+#   fetched unpinned.
+# - OCI labels say where the image comes from (build arguments VERSION and REVISION).
+#
+# Stage 1 installs into a virtualenv; stage 2 copies only that virtualenv and the two scripts.
+# No pip cache is written anywhere (--no-cache-dir, PIP_NO_CACHE_DIR).
 
-FROM python:3.11-slim AS builder
+ARG BASE=python:3.11-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
+
+FROM ${BASE} AS builder
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
 WORKDIR /src
+# The lock first: its layer (all dependencies) is reused while only the webhook's code changes.
+COPY requirements.lock ./
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r requirements.lock
+
 # .dockerignore keeps the context small (no .venv, .git, caches, tests).
 COPY . .
 
 # pip byte-compiles what it installs, which matters: the runtime root filesystem is read-only,
-# so Python could not write .pyc files there. The installer itself is removed from the venv
-# afterwards (not needed at run time), and the last line proves the entry point starts.
-RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
- && /opt/venv/bin/pip install --no-cache-dir /wheels/*.whl \
- && /opt/venv/bin/pip uninstall --yes pip setuptools \
- && /opt/venv/bin/policy-webhook --help > /dev/null
+# so Python could not write .pyc files there. The webhook's own wheel is built with the locked
+# backend and installed without looking at any index; the installer and the backend are then
+# removed (not needed at run time), and the last line proves the entry point starts.
+RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && /opt/venv/bin/pip install --no-cache-dir --no-deps --no-index /wheels/*.whl \
+ && /opt/venv/bin/pip uninstall --yes pip setuptools wheel \
+ && /opt/venv/bin/policy-webhook --help > /dev/null \
+ && /opt/venv/bin/python /src/certs/renew_in_cluster.py --help > /dev/null
 
 
 # The same base as the builder: the venv's `python` is a symlink to this image's interpreter.
-FROM python:3.11-slim
+FROM ${BASE}
+
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+# The repository URL the image is built from, e.g. the release pipeline's clone URL.
+ARG SOURCE=unknown
+
+LABEL org.opencontainers.image.title="policy-attachment-webhook" \
+      org.opencontainers.image.description="Admission webhook that makes Gateway API policy attachment safe and visible" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 
 # The same path as in the builder: a virtualenv's scripts name their interpreter by absolute path.
 COPY --from=builder /opt/venv /opt/venv
+# What the CronJob of components/cert-renewal runs (renew_in_cluster.py imports generate.py
+# from its own folder).
+COPY --from=builder /src/certs/generate.py /src/certs/renew_in_cluster.py /opt/policy-webhook/certs/
 
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    POLICY_WEBHOOK_BUILD_REVISION=${REVISION}
 
 # Numeric, so that the kubelet can check runAsNonRoot without reading /etc/passwd; 65532 is the
 # conventional "nonroot" ID of distroless images and matches the Deployment's runAsUser.

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8443
 
-.PHONY: install dev demo test test-unit test-e2e lint format docs bench bench-e2e clean
+.PHONY: install dev demo test test-unit test-e2e lint format docs bench bench-e2e lock clean
 
 $(BIN)/policy-webhook: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ bench: install  ## every benchmark figure of docs/performance.md
 bench-e2e: install  ## bulk writes and convergence on a real kube-apiserver (~40 minutes; its own page section)
 	$(BIN)/python tests/e2e/provision.py
 	$(BIN)/python -m bench e2e
+
+lock: install  ## requirements.lock: the image's dependencies, pinned with their hashes, from pyproject.toml
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --build-deps-for=wheel \
+	  --no-emit-index-url --no-emit-find-links --no-emit-trusted-host \
+	  --output-file requirements.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,7 @@
 #   1. certs/generate.py makes or renews the CA and the serving certificate in --out;
 #   2. the CA bundle goes into clientConfig.caBundle of every webhook of the
 #      Validating- and MutatingWebhookConfiguration (kubectl patch --type=json);
-#   3. the Secret <secret> (type kubernetes.io/tls) is created or updated.
+#   3. the Secret <secret> (type kubernetes.io/tls, with the bundle as ca.crt) is created or updated.
 # Step 2 comes before step 3 on purpose: when the CA changes, the API server must trust the new
 # CA before any pod serves a certificate signed by it (the bundle keeps the old CA too, so pods
 # still serving the old certificate stay trusted). The pods re-read the mounted Secret in place.
@@ -114,8 +114,11 @@ if ! k get namespace "$namespace" >/dev/null 2>&1; then
 fi
 # Server-side apply, not client-side: a client-side apply would copy the whole Secret, private
 # key included, into its kubectl.kubernetes.io/last-applied-configuration annotation.
-k create secret tls "$secret" --namespace "$namespace" \
-    --cert "$out/tls.crt" --key "$out/tls.key" --dry-run=client -o yaml \
+# ca.crt is the bundle, beside the pair as cert-manager writes it: what a scraper of /metrics
+# verifies the certificate with (components/monitoring).
+k create secret generic "$secret" --namespace "$namespace" --type=kubernetes.io/tls \
+    --from-file=tls.crt="$out/tls.crt" --from-file=tls.key="$out/tls.key" \
+    --from-file=ca.crt="$out/ca-bundle.crt" --dry-run=client -o yaml \
   | k apply --server-side --field-manager=policy-webhook-certs --force-conflicts -f - >/dev/null
 log "Secret $namespace/$secret is up to date; the pods pick it up within about a minute"
 
