@@ -34,7 +34,8 @@ from webhook.core.admission import mutation
 from webhook.core.engine import memo
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
-from webhook.shell.https.server import HttpsServer, build_app
+from webhook.shell.https.endpoints import build_app
+from webhook.shell.https.server import HttpsServer
 from webhook.shell.https.tls import ReloadingTLS
 from webhook.shell.process.logs import setup_logging
 from webhook.shell.process.metrics import Metrics

@@ -38,7 +38,7 @@ from webhook.core.rules.findings import MAX_LINE, MAX_WARNINGS  # noqa: E402
 from webhook.shell.cli import manifests  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
-MAX_BODY = 7 * 1024 * 1024  # what the server reads (webhook.shell.https.server.MAX_BODY_BYTES)
+MAX_BODY = 7 * 1024 * 1024  # what the server reads (webhook.shell.https.endpoints.MAX_BODY_BYTES)
 SETTINGS = Settings()
 STORE = manifests.load_store([str(EXAMPLES / "cluster")])[0]
 

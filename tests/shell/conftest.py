@@ -12,7 +12,7 @@ import trustme
 from tests.fixtures.https import CLUSTER_YAML, RunningWebhook, load_yaml, write_pair
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
-from webhook.shell.https import server
+from webhook.shell.https import endpoints
 from webhook.shell.https.tls import ReloadingTLS
 from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
@@ -65,7 +65,7 @@ def start_webhook(
         chosen = metrics or Metrics()
 
         def app(readiness: Readiness) -> Any:
-            return server.build_app(
+            return endpoints.build_app(
                 view=cluster,
                 settings=Settings(),
                 readiness=readiness,

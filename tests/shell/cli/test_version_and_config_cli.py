@@ -7,6 +7,7 @@ A config file's `off` means off however YAML read it, and a value it cannot read
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from tests.fixtures.console import run
 from tests.fixtures.paths import EXAMPLES, REPO
-from webhook.shell.cli import version
+from webhook.shell.process import build
 
 LINE = re.compile(
     r"^policy-webhook \d+\.\d+\.\d+\S* \(git ([0-9a-f]{12}(, modified)?|revision unknown)\)$"
@@ -35,7 +36,7 @@ def test_version_is_one_line_with_the_git_revision(args: list[str]) -> None:
     assert ran.code == 0, ran
     assert LINE.match(ran.out.strip()), ran
     head = checkout_head()
-    if head is not None and not version.REVISION_FILE.exists():
+    if head is not None and not os.environ.get(build.REVISION_ENV):
         assert head[:12] in ran.out
 
 
@@ -48,18 +49,14 @@ def test_version_for_machines(output: str) -> None:
     assert set(info) == {"version", "gitCommit", "gitTreeState", "python"}
     assert info["gitTreeState"] in ("clean", "modified", "unknown")
     head = checkout_head()
-    if head is not None and not version.REVISION_FILE.exists():
+    if head is not None and not os.environ.get(build.REVISION_ENV):
         assert info["gitCommit"] == head
 
 
-def test_a_revision_file_written_by_a_build_wins(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An image has no `.git`: its build writes the revision into the package."""
-    revision = tmp_path / "REVISION"
-    revision.write_text("0123456789abcdef0123456789abcdef01234567 clean\n", encoding="utf-8")
-    monkeypatch.setattr(version, "REVISION_FILE", revision)
-    info = version.build_info()
+def test_the_revision_an_image_build_sets_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image has no `.git`: its build sets the revision in the environment."""
+    monkeypatch.setenv(build.REVISION_ENV, "0123456789abcdef0123456789abcdef01234567")
+    info = build.build_info()
     assert (info.git_commit, info.git_tree_state) == (
         "0123456789abcdef0123456789abcdef01234567",
         "clean",

@@ -33,7 +33,7 @@ from tests.fixtures.https import Reply, RunningWebhook, write_pair
 from tests.fixtures.paths import EXAMPLES
 from webhook.core.model.settings import Settings
 from webhook.shell.cli import manifests
-from webhook.shell.https import server
+from webhook.shell.https import endpoints, server
 from webhook.shell.https.tls import ReloadingTLS
 from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
@@ -55,7 +55,7 @@ BUDGET = settings(
 
 
 class Webhook(RunningWebhook):
-    """The harness's webhook, with the connection idle timeout passed on to `server.serve`."""
+    """The harness's webhook, with the connection idle timeout passed on to `server.run_until_stopped`."""
 
     def __init__(self, *args: Any, idle_timeout: float = server.IDLE_TIMEOUT, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -73,7 +73,7 @@ class Webhook(RunningWebhook):
             self.port = running.port
             self._started.set()
 
-        await server.serve(
+        await server.run_until_stopped(
             self.app,
             tls=self.tls,
             readiness=self.readiness,
@@ -99,14 +99,14 @@ def make_webhook(
     serving_cert: trustme.LeafCert,
     client_context: ssl.SSLContext,
     *,
-    body_timeout: float = server.BODY_TIMEOUT,
+    body_timeout: float = endpoints.BODY_TIMEOUT,
     idle_timeout: float = server.IDLE_TIMEOUT,
 ) -> Webhook:
     store, _ = manifests.load_store([str(EXAMPLES / "cluster")])
     tls = ReloadingTLS(*write_pair(serving_cert, folder), poll_interval=0)
 
     def app(readiness: Readiness) -> Any:
-        return server.build_app(
+        return endpoints.build_app(
             view=store,
             settings=Settings(),
             readiness=readiness,
@@ -274,9 +274,9 @@ def test_a_body_of_exactly_7_mib_is_read_and_one_byte_more_is_refused(
         finally:
             conn.close()
 
-    at_limit = padded(GOOD, server.MAX_BODY_BYTES)
+    at_limit = padded(GOOD, endpoints.MAX_BODY_BYTES)
     assert assert_answered(send(at_limit), at_limit) is not None
-    over = padded(GOOD, server.MAX_BODY_BYTES + 1)
+    over = padded(GOOD, endpoints.MAX_BODY_BYTES + 1)
     reply = send(over)
     assert reply.status == 413
     assert reply.json()["reason"] == "RequestEntityTooLarge"
@@ -286,7 +286,7 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_sent(hoo
     with hook.tls_socket() as conn:
         conn.sendall(
             b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % (server.MAX_BODY_BYTES + 1)
+            b"Content-Length: %d\r\n\r\n" % (endpoints.MAX_BODY_BYTES + 1)
         )
         conn.settimeout(10)
         assert conn.recv(65536).startswith(b"HTTP/1.1 413")
@@ -314,7 +314,7 @@ def test_deep_nesting_gets_a_denial_or_400(
     for path in ("/validate", "/mutate"):
         response = (
             assert_answered(hook.post(path, body), body)
-            if len(body) <= server.MAX_BODY_BYTES
+            if len(body) <= endpoints.MAX_BODY_BYTES
             else None
         )
         if response is not None and path == "/validate" and seed is GOOD and field == "spec":

@@ -18,7 +18,7 @@ from webhook.core.admission import validation as admission
 from webhook.core.model.refs import ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import ClusterView, Store
-from webhook.shell.https import server
+from webhook.shell.https import endpoints
 from webhook.shell.process.logs import JsonFormatter
 
 RETRY_ON_ROUTE = """
@@ -66,7 +66,7 @@ def decision_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     return [
         json.loads(formatter.format(r))
         for r in caplog.records
-        if r.name == server.__name__ and r.getMessage().startswith("admission")
+        if r.name == endpoints.__name__ and r.getMessage().startswith("admission")
     ]
 
 
@@ -244,7 +244,7 @@ def test_a_malformed_review_is_http_400_with_a_short_explanation(
 
 def test_a_body_over_7_mib_is_http_413(webhook: RunningWebhook) -> None:
     review = review_of(obj(RETRY_ON_ROUTE))
-    review["request"]["object"]["metadata"]["annotations"] = {"big": "x" * server.MAX_BODY_BYTES}
+    review["request"]["object"]["metadata"]["annotations"] = {"big": "x" * endpoints.MAX_BODY_BYTES}
     reply = webhook.post_review("/validate", review)
     assert reply.status == 413
     assert reply.json()["reason"] == "RequestEntityTooLarge"
@@ -264,10 +264,10 @@ def test_a_chunked_body_over_7_mib_is_http_413(webhook: RunningWebhook) -> None:
 def test_a_body_just_under_the_cap_is_read(webhook: RunningWebhook) -> None:
     review = review_of(obj(RETRY_ON_ROUTE))
     review["request"]["object"]["metadata"]["annotations"] = {"big": ""}
-    padding = server.MAX_BODY_BYTES - len(json.dumps(review).encode())
+    padding = endpoints.MAX_BODY_BYTES - len(json.dumps(review).encode())
     review["request"]["object"]["metadata"]["annotations"]["big"] = "x" * padding
     body = json.dumps(review).encode()
-    assert len(body) == server.MAX_BODY_BYTES
+    assert len(body) == endpoints.MAX_BODY_BYTES
     assert webhook.request("POST", "/validate", body).status == 200
 
 

@@ -21,7 +21,7 @@ import trustme
 from tests.fixtures.https import policy, review_of, write_pair
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import ClusterView, Store
-from webhook.shell.https import server
+from webhook.shell.https import endpoints, server
 from webhook.shell.https.tls import ReloadingTLS
 from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
@@ -96,7 +96,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], *, within: float = 10
 class Harness:
     def __init__(self, cluster: ClusterView, cert_files: tuple[Path, Path]) -> None:
         self.readiness = Readiness("tls", "not-draining")
-        self.app = server.build_app(
+        self.app = endpoints.build_app(
             view=cluster, settings=Settings(), readiness=self.readiness, metrics=Metrics()
         )
         self.tls = ReloadingTLS(*cert_files, poll_interval=0)
@@ -111,7 +111,7 @@ class Harness:
             started.set()
 
         task = asyncio.create_task(
-            server.serve(
+            server.run_until_stopped(
                 self.app,
                 tls=self.tls,
                 readiness=self.readiness,

@@ -57,7 +57,7 @@ def run(
     if args.output in ("json", "yaml"):
         output.write(check_results.document(found), args.output, out)
     elif args.output == "sarif":
-        from webhook.shell.cli.version import package_version
+        from webhook.shell.process.build import package_version
 
         log = sarif.sarif_log(found, tool_version=package_version(), uri=artifact_uri)
         output.write_json(log, out)

@@ -87,7 +87,7 @@ class _PrintVersion(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        from webhook.shell.cli.version import build_info
+        from webhook.shell.process.build import build_info
 
         sys.stdout.write(build_info().line() + "\n")
         parser.exit()
@@ -251,7 +251,7 @@ def _run_rules(args: argparse.Namespace) -> int:
 
 
 def _run_version(args: argparse.Namespace) -> int:
-    from webhook.shell.cli.version import build_info
+    from webhook.shell.process.build import build_info
 
     info = build_info()
     if args.output == "text":

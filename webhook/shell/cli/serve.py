@@ -23,7 +23,8 @@ from webhook.core.model.profiles import OperatorConfig
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.cli.manifests import load_store
-from webhook.shell.https.server import build_app, serve
+from webhook.shell.https.endpoints import build_app
+from webhook.shell.https.server import run_until_stopped
 from webhook.shell.https.tls import CertFiles, ReloadingTLS, TLSConfigError, self_signed
 from webhook.shell.process import heap
 from webhook.shell.process import readiness as ready
@@ -180,7 +181,7 @@ async def _serve(serve_config: ServeConfig, *, config: OperatorConfig, settings:
                     readiness=readiness,
                 )
             )
-        await serve(
+        await run_until_stopped(
             app,
             tls=tls,
             readiness=readiness,

@@ -1,14 +1,6 @@
-"""The HTTPS admission server: read, decode, call the core, encode. No admission logic here.
-
-Two error channels, as in every admission webhook:
-- a broken *webhook call* is an HTTP error, so the API server's `failurePolicy` decides what
-  happens to the user's request: a body that is not an AdmissionReview v1 → 400, a body over
-  7 MiB → 413, a body still arriving after BODY_TIMEOUT → 408, an exception in the core (our
-  bug, logged with the request uid) → 500;
-- a broken *user request* — a policy that breaks the rules, even one the rules cannot read — is
-  HTTP 200 with `response.allowed: false` and `response.status` (422 Invalid), which `kubectl`
-  prints to the user like its own validation errors.
-"""
+"""The HTTPS server around the endpoints: TLS that follows rotated certificates, idle and
+slow connections closed, and a graceful drain on SIGTERM (`run_until_stopped`). What each
+endpoint answers is `endpoints`."""
 
 from __future__ import annotations
 
@@ -17,35 +9,17 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from webhook.core.admission import mutation, reviews
-from webhook.core.admission import validation as admission
-from webhook.core.model.settings import Settings
-from webhook.core.state.store import ClusterView
 from webhook.shell.https.tls import ReloadingTLS
-from webhook.shell.process import heap
 from webhook.shell.process import readiness as ready
 from webhook.shell.process.logs import fields
-from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
 
 logger = logging.getLogger(__name__)
 
-# etcd refuses objects over 1.5 MB (its default request limit); an UPDATE review carries the
-# object and the oldObject, plus the envelope — so no honest review is bigger than 7 MiB.
-# controller-runtime caps its webhook bodies at the same size for the same reason.
-MAX_BODY_BYTES = 7 * 1024 * 1024
-# The API server gives up on a webhook call after the webhook's `timeoutSeconds` (at most 30 s;
-# we ship 5 s) and sends headers and body at once, so a body still arriving after this long is
-# not from a live API server: answer 408 and close, rather than hold the connection forever.
-# (aiohttp then reads on for at most 10 s, its "lingering close", so that a client still
-# writing can read the 408; the connection is gone 20 s after its headers at the latest.)
-BODY_TIMEOUT = 10.0  # seconds
 # A connection that has not sent a complete request for this long is closed: an idle keep-alive
 # connection, or one that finished TLS and then sent nothing or half the headers (aiohttp has one
 # timer for all three; its default is an hour). Longer than the API server's own idle-connection
@@ -55,252 +29,6 @@ BODY_TIMEOUT = 10.0  # seconds
 IDLE_TIMEOUT = 100.0  # seconds
 DEFAULT_DRAIN_TIMEOUT = 15.0  # seconds; well inside the pod's default 30 s grace period
 _CANCEL_GRACE = 0.5  # seconds for aiohttp to cancel what outlived the drain
-
-
-# --- the app ---------------------------------------------------------------------------------
-
-
-def build_app(
-    *,
-    view: ClusterView,
-    settings: Settings,
-    readiness: Readiness,
-    metrics: Metrics,
-    log_bodies: bool = False,
-    body_timeout: float = BODY_TIMEOUT,
-) -> web.Application:
-    """The webhook's routes; `serve`/`HttpsServer` put it behind TLS."""
-    handlers = _Handlers(
-        view=view,
-        settings=settings,
-        readiness=readiness,
-        metrics=metrics,
-        log_bodies=log_bodies,
-        body_timeout=body_timeout,
-    )
-    # A chunked body has no length to check up front: `request.read()` stops it at this size.
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app.router.add_post("/validate", handlers.validate)
-    app.router.add_post("/mutate", handlers.mutate)
-    app.router.add_get("/healthz", handlers.healthz)
-    app.router.add_get("/readyz", handlers.readyz)
-    app.router.add_get("/metrics", handlers.metrics)
-    return app
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    response: reviews.Response
-    verdict: str  # allowed | denied | patched
-    rule_ids: Sequence[str] = ()
-    findings: Sequence[tuple[str, str]] = ()  # (rule ID, action), for metrics
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-class _BodyTooSlow(Exception):
-    pass
-
-
-class _Handlers:
-    """The route handlers. The core runs synchronously, on the event loop: it is fast and pure,
-    and the informers write the store on this same loop, so a review sees one consistent state."""
-
-    def __init__(
-        self,
-        *,
-        view: ClusterView,
-        settings: Settings,
-        readiness: Readiness,
-        metrics: Metrics,
-        log_bodies: bool,
-        body_timeout: float,
-    ) -> None:
-        self._view = view
-        self._settings = settings
-        self._readiness = readiness
-        self._metrics = metrics
-        self._log_bodies = log_bodies
-        self._body_timeout = body_timeout
-
-    # --- admission ---------------------------------------------------------------------------
-
-    async def validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, "validate", self._validate)
-
-    async def mutate(self, request: web.Request) -> web.Response:
-        return await self._review(request, "mutate", self._mutate)
-
-    def _validate(self, review: reviews.Request) -> _Outcome:
-        verdict = admission.validate(review, view=self._view, settings=self._settings)
-        return _Outcome(
-            reviews.from_verdict(review["uid"], verdict, request=review),
-            "allowed" if verdict.allowed else "denied",
-            verdict.rule_ids,
-            [(j.finding.rule_id, j.action) for j in verdict.judged],
-        )
-
-    def _mutate(self, review: reviews.Request) -> _Outcome:
-        operations = mutation.mutate(review, view=self._view, settings=self._settings)
-        return _Outcome(
-            reviews.patched(review["uid"], operations), "patched" if operations else "allowed"
-        )
-
-    async def _review(
-        self, request: web.Request, endpoint: str, decide: Callable[[reviews.Request], _Outcome]
-    ) -> web.Response:
-        started = time.perf_counter()
-        try:
-            body = await _read_body(request, self._body_timeout)
-        except _BodyTooLarge:
-            message = (
-                f"request body exceeds {MAX_BODY_BYTES} bytes; no AdmissionReview is that large"
-            )
-            return self._rejected(
-                endpoint, started, 413, "RequestEntityTooLarge", message, "too_large"
-            )
-        except _BodyTooSlow:
-            message = f"request body not received within {self._body_timeout:g} s"
-            response = self._rejected(endpoint, started, 408, "Timeout", message, "timeout")
-            response.force_close()  # `Connection: close`: no second request on this one
-            return response
-        try:
-            with heap.held():  # a large body is thousands of new containers and no cycle
-                review = reviews.decode_review(body)
-        except reviews.MalformedReview as exc:
-            return self._rejected(
-                endpoint,
-                started,
-                400,
-                "BadRequest",
-                f"malformed AdmissionReview: {exc}",
-                "malformed",
-            )
-        try:
-            outcome = decide(review)
-            encoded = reviews.encode_review(outcome.response)
-        except Exception:
-            # Our bug, not the user's: the core turns every bad object into a denial.
-            seconds = time.perf_counter() - started
-            self._metrics.observe_admission(endpoint=endpoint, verdict="error", seconds=seconds)
-            logger.exception(
-                "admission failed: internal error",
-                extra=fields(**self._describe(review, endpoint, "error", (), seconds)),
-            )
-            return _http_error(
-                500,
-                "InternalError",
-                f"policy webhook internal error on request uid {review['uid']}; see its log",
-            )
-        seconds = time.perf_counter() - started
-        self._metrics.observe_admission(
-            endpoint=endpoint, verdict=outcome.verdict, seconds=seconds, findings=outcome.findings
-        )
-        described = self._describe(review, endpoint, outcome.verdict, outcome.rule_ids, seconds)
-        if self._log_bodies:
-            described["review"] = review
-            described["response"] = outcome.response
-        logger.info("admission %s", outcome.verdict, extra=fields(**described))
-        return web.Response(body=encoded, content_type="application/json")
-
-    def _rejected(
-        self, endpoint: str, started: float, code: int, reason: str, message: str, verdict: str
-    ) -> web.Response:
-        seconds = time.perf_counter() - started
-        self._metrics.observe_admission(endpoint=endpoint, verdict=verdict, seconds=seconds)
-        logger.warning(
-            "admission call rejected: %s",
-            message,
-            extra=fields(
-                endpoint=endpoint, verdict=verdict, http_status=code, latency_ms=_ms(seconds)
-            ),
-        )
-        return _http_error(code, reason, message)
-
-    def _describe(
-        self,
-        review: reviews.Request,
-        endpoint: str,
-        verdict: str,
-        rule_ids: Sequence[str],
-        seconds: float,
-    ) -> dict[str, Any]:
-        gvk = review["kind"]
-        group = gvk.get("group", "")
-        obj = review.get("object") or review.get("oldObject") or {}
-        metadata = obj.get("metadata")
-        if not isinstance(metadata, dict):
-            metadata = {}
-        described: dict[str, Any] = {
-            "uid": review["uid"],
-            "operation": review["operation"],
-            "kind": f"{gvk['kind']}.{group}" if group else gvk["kind"],
-            "namespace": review.get("namespace") or metadata.get("namespace") or "",
-            "name": review.get("name") or metadata.get("name") or "",
-            "endpoint": endpoint,
-            "verdict": verdict,
-            "rules": list(rule_ids),
-            "latency_ms": _ms(seconds),
-            "dry_run": bool(review.get("dryRun", False)),
-        }
-        if review.get("subResource"):
-            described["subresource"] = review.get("subResource")
-        return described
-
-    # --- probes and metrics ------------------------------------------------------------------
-
-    async def healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")  # the process answers: that is all liveness means
-
-    async def readyz(self, request: web.Request) -> web.Response:
-        if self._readiness():
-            return web.Response(text="ok")
-        reasons = "; ".join(
-            f"{name}: {reason}" for name, reason in self._readiness.reasons().items()
-        )
-        return web.Response(status=503, text=f"not ready: {reasons}")
-
-    async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=self._metrics.render(), headers={"Content-Type": self._metrics.content_type}
-        )
-
-
-async def _read_body(request: web.Request, timeout: float) -> bytes:
-    """The whole body, at most MAX_BODY_BYTES within `timeout` seconds; any content type."""
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise _BodyTooLarge  # refused before reading a byte of it
-    try:
-        if request.content.is_eof():
-            # All of it has arrived (the API server sends the body with the headers): reading
-            # cannot wait, so no timer is armed and cancelled for it on every call.
-            return await request.read()
-        async with asyncio.timeout(timeout):
-            return await request.read()
-    except web.HTTPRequestEntityTooLarge:  # chunked, no length: counted while reading
-        raise _BodyTooLarge from None
-    except TimeoutError:
-        raise _BodyTooSlow from None
-
-
-def _http_error(code: int, reason: str, message: str) -> web.Response:
-    """A `metav1.Status` body: the API server's client decodes it and quotes our message."""
-    status = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    return web.json_response(status, status=code)
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
 
 
 # --- serving -----------------------------------------------------------------------------------
@@ -409,7 +137,9 @@ class HttpsServer:
                 extra=fields(in_flight=self._in_flight, drain_timeout_s=self._drain_timeout),
             )
         await self._runner.cleanup()  # closes idle keep-alive connections, cancels leftovers
-        logger.info("stopped", extra=fields(drain_ms=_ms(time.perf_counter() - started)))
+        logger.info(
+            "stopped", extra=fields(drain_ms=round((time.perf_counter() - started) * 1000, 3))
+        )
 
     @web.middleware
     async def _track(
@@ -429,7 +159,7 @@ class HttpsServer:
                 self._idle.set()
 
 
-async def serve(
+async def run_until_stopped(
     app: web.Application,
     *,
     tls: ReloadingTLS | None,

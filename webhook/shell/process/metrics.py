@@ -10,9 +10,7 @@ name only metrics of this module (a test reads them against `render()`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
-from importlib import metadata
 from typing import Any
 
 import prometheus_client
@@ -27,10 +25,10 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import generate_latest
 
+from webhook.shell.process import build
+
 PREFIX = "policy_webhook"
 DISTRIBUTION = "policy-attachment-webhook"
-# Set by the image build (Dockerfile, build argument REVISION): the git commit it was built from.
-REVISION_ENV = "POLICY_WEBHOOK_BUILD_REVISION"
 
 # The core answers in well under a millisecond on small states; the API server gives a webhook
 # at most 30 s (`timeoutSeconds` maximum), so the buckets span 100 µs to 10 s.
@@ -61,7 +59,8 @@ class Metrics:
             ["version", "revision"],
             registry=r,
         )
-        self.build_info.labels(version=package_version(), revision=build_revision()).set(1)
+        info = build.build_info()
+        self.build_info.labels(version=info.version, revision=info.git_commit).set(1)
 
         # --- admission (HTTP server) ---------------------------------------------------------
         self.admission_requests = Counter(
@@ -212,14 +211,3 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def package_version() -> str:
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
-
-
-def build_revision() -> str:
-    return os.environ.get(REVISION_ENV, "").strip() or "unknown"

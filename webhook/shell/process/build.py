@@ -1,15 +1,18 @@
-"""`policy-webhook version` and `--version`: the release, and the git revision when it is known.
+"""What this build is: the release, and the git revision when it is known.
 
-The revision is looked for where each way of installing leaves it: a `REVISION` file in the
-package (an image build writes it, since its context has no `.git`), pip's record of a VCS
-install (PEP 610 `direct_url.json`), or the git checkout the package runs from (an editable
-install; `modified` when tracked files differ from that commit). Otherwise it is `unknown`,
-never a guess. Imports nothing of the webhook: `version` must answer at once.
+One answer for `policy-webhook version` and the `policy_webhook_build_info` metric. The
+revision is looked for where each way of installing leaves it: the environment variable the
+image sets from its build argument (`POLICY_WEBHOOK_BUILD_REVISION`; an image has no `.git`),
+pip's record of a VCS install (PEP 610 `direct_url.json`), or the git checkout the package
+runs from (an editable install; `modified` when tracked files differ from that commit).
+Otherwise it is `unknown`, never a guess. Imports nothing of the webhook: `version` must
+answer at once.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -19,7 +22,7 @@ from typing import Any
 
 DISTRIBUTION = "policy-attachment-webhook"
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # …/webhook
-REVISION_FILE = PACKAGE_DIR / "REVISION"
+REVISION_ENV = "POLICY_WEBHOOK_BUILD_REVISION"  # set by the Dockerfile from its REVISION arg
 GIT_SECONDS = 2.0  # a git that hangs (a network file system) must not hang `version`
 
 
@@ -59,21 +62,15 @@ def package_version() -> str:
 
 
 def _revision() -> tuple[str, str]:
-    for found in (_from_file(), _from_direct_url(), _from_checkout()):
+    for found in (_from_environment(), _from_direct_url(), _from_checkout()):
         if found is not None:
             return found
     return "unknown", "unknown"
 
 
-def _from_file() -> tuple[str, str] | None:
-    try:
-        text = REVISION_FILE.read_text(encoding="utf-8").split()
-    except OSError:
-        return None
-    if not text:
-        return None
-    state = text[1] if len(text) > 1 and text[1] in ("clean", "modified") else "unknown"
-    return text[0], state
+def _from_environment() -> tuple[str, str] | None:
+    value = os.environ.get(REVISION_ENV, "").strip()
+    return (value, "clean") if value and value != "unknown" else None
 
 
 def _from_direct_url() -> tuple[str, str] | None:
