@@ -1,10 +1,11 @@
-# The obvious verbs. `make demo` and `make test` are the README's quick start; CI runs `make test`.
+# The obvious verbs. `make demo` and `make test` are the README's quick start; CI runs
+# `make lint` and then `make test`. `make check` is the fast loop while working.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8443
 
-.PHONY: install dev demo test test-unit test-e2e lint format docs bench bench-e2e lock clean
+.PHONY: install dev demo test test-unit check lint format docs bench bench-e2e lock clean
 
 $(BIN)/policy-webhook: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,14 +26,18 @@ test: install  ## the whole suite: unit, HTTPS, and end-to-end on a real kube-ap
 	$(BIN)/python tests/e2e/provision.py
 	$(BIN)/python -m pytest
 
-test-unit: install
+test-unit: install  ## everything but the end-to-end suite, with the full property budgets
 	$(BIN)/python -m pytest tests/core tests/shell tests/deploy
 
-lint: install
+check: lint  ## the fast loop: lint, then the tests without an API server on a fifth of the budgets
+	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q tests/core tests/shell tests/deploy
+
+lint: install  ## style, types (strict, tests included), the layers, dead code
 	$(BIN)/ruff check webhook tests bench
 	$(BIN)/ruff format --check webhook tests bench
-	$(BIN)/mypy webhook bench
+	$(BIN)/mypy webhook bench tests
 	$(BIN)/lint-imports
+	$(BIN)/vulture webhook .ci/dead_code_allowlist.py --min-confidence 60
 
 format: install
 	$(BIN)/ruff check --fix webhook tests bench

@@ -78,7 +78,7 @@ def test_policy_group_needs_its_one_value() -> None:
 
 
 def aggregated(doc: dict[str, Any]) -> bool:
-    return doc["metadata"].get("labels", {}).get(k.AGGREGATION_LABEL) == "true"
+    return bool(doc["metadata"].get("labels", {}).get(k.AGGREGATION_LABEL) == "true")
 
 
 @pytest.mark.parametrize(("component", "group"), sorted(k.VENDOR_COMPONENTS.items()))

@@ -527,7 +527,7 @@ def dockerfile_stages() -> list[list[str]]:
 def dockerfile_base() -> str:
     """The value of `ARG BASE`, which every stage starts FROM."""
     (base,) = re.findall(r"^ARG BASE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
-    return base
+    return str(base)
 
 
 def test_dockerfile_is_multi_stage_from_python_slim_pinned_by_digest() -> None:

@@ -59,7 +59,8 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 
 def service_account_token(cluster: LocalCluster, namespace: str, name: str) -> str:
-    return cluster.kubectl("create", "token", name, "-n", namespace, "--duration=2h").stdout.strip()
+    done = cluster.kubectl("create", "token", name, "-n", namespace, "--duration=2h")
+    return str(done.stdout).strip()
 
 
 def service_account_kubeconfig(
@@ -95,4 +96,4 @@ def can_i(cluster: LocalCluster, user: str, verb: str, resource: str, *scope: st
     answer = result.stdout.strip()
     assert answer.startswith(("yes", "no")), result.stderr
     assert "doesn't have a resource type" not in result.stderr, result.stderr
-    return answer.startswith("yes")
+    return bool(answer.startswith("yes"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,7 +59,7 @@ def webhook(
 def expected_findings(path: Path) -> list[dict[str, Any]]:
     """What `policy-webhook check` says offline about this file against the example cluster."""
     done = subprocess.run(
-        [os.sys.executable, "-m", "webhook.shell.cli.main", "check", "-o", "json", "examples/cluster", str(path.relative_to(REPO))],
+        [sys.executable, "-m", "webhook.shell.cli.main", "check", "-o", "json", "examples/cluster", str(path.relative_to(REPO))],
         capture_output=True, text=True, cwd=REPO, check=False,
     )  # fmt: skip
     report = json.loads(done.stdout)
@@ -209,12 +210,12 @@ def test_dry_run_server_changes_nothing_anywhere(
 
 def explain_json(cluster: LocalCluster, target: str, namespace: str) -> str:
     done = subprocess.run(
-        [os.sys.executable, "-m", "webhook.shell.cli.main", "explain", target, "-n", namespace,
+        [sys.executable, "-m", "webhook.shell.cli.main", "explain", target, "-n", namespace,
          "--kubeconfig", str(cluster.kubeconfig), "-o", "json"],
         capture_output=True, text=True, cwd=REPO, check=False, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return str(done.stdout).strip()
 
 
 def per_path(policies: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], Any]:

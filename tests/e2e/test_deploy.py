@@ -119,7 +119,7 @@ def can_i(cluster: LocalCluster, verb: str, resource: str, *scope: str) -> bool:
     assert answer.startswith(("yes", "no")), result.stderr
     # An unresolved resource is asked about without its group, and "no" would then be vacuous.
     assert "doesn't have a resource type" not in result.stderr, result.stderr
-    return answer.startswith("yes")
+    return bool(answer.startswith("yes"))
 
 
 def install(cluster: LocalCluster, out: Path, *args: str) -> subprocess.CompletedProcess[str]:

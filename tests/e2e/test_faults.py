@@ -147,7 +147,7 @@ def log_lines(process: WebhookProcess, text: str) -> list[dict[str, Any]]:
 
 
 def ready(process: WebhookProcess) -> bool:
-    return process.get("/readyz")[0] == 200
+    return bool(process.get("/readyz")[0] == 200)
 
 
 def post_review(process: WebhookProcess, path: str, review: dict[str, Any]) -> tuple[int, Any]:
@@ -415,13 +415,15 @@ def test_a_corrupt_or_missing_certificate_file_is_logged_and_the_last_good_one_k
         apply(cluster, world.route_retry(5, 1))  # through the webhook
         files.cert_file.write_text("-----BEGIN CERTIFICATE-----\nnot base64 at all\n")
         wait_until(
-            lambda: log_lines(a, "new certificate pair rejected"), 10, "the corrupt file is logged"
+            lambda: bool(log_lines(a, "new certificate pair rejected")),
+            10,
+            "the corrupt file is logged",
         )
         apply(cluster, world.route_retry(5, 2))
         denied = cluster.kubectl("apply", "-f", "-", input=BOTH_REF_FIELDS, check=False)
 
         files.cert_file.unlink()
-        wait_until(lambda: log_lines(a, "cannot stat"), 10, "the missing file is logged")
+        wait_until(lambda: bool(log_lines(a, "cannot stat")), 10, "the missing file is logged")
         apply(cluster, world.route_retry(5, 3))
         status, text = a.get("/readyz")
     errors = metric(a, "policy_webhook_tls_reloads_total", result="error")

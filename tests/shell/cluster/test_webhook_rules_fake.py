@@ -35,7 +35,7 @@ CRD = {
              "versions": [{"name": "v1", "served": True, "storage": True}]},
 }  # fmt: skip
 GRANT = {"apiGroups": [GROUP], "resources": ["*"], "verbs": ["get", "list", "watch"]}
-HOOKS = [
+HOOKS: list[dict[str, Any]] = [
     {"name": "policies.policy-attachment.dev"},
     {"name": "policy-deletes.policy-attachment.dev"},
     {"name": "target-deletes.policy-attachment.dev", "rules": [{"apiGroups": [""]}]},

@@ -9,7 +9,7 @@ fields are only ever added.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,7 +51,7 @@ class CheckedPolicy:
     def outcome(self) -> Outcome:
         if not self.verdict.allowed:
             return "denied"
-        return "warned" if self.verdict.warnings or self.verdict.notes else "clean"
+        return "warned" if self.verdict.warnings else "clean"
 
     def shown(self) -> Iterator[tuple[Judged, int]]:
         """Each finding that is not switched off, with its line."""
@@ -152,7 +152,6 @@ def _policy_entry(policy: CheckedPolicy) -> dict[str, Any]:
             }
             for judged, line in policy.shown()
         ],
-        "notes": list(policy.verdict.notes),
     }
 
 
@@ -181,7 +180,6 @@ def _policy_lines(policy: CheckedPolicy, show_all: bool) -> list[str]:
     for judged, line in policy.shown():
         text = f"{policy.where.file}:{line}: {policy.key} {judged.action.upper()} {judged.finding.text}"
         (denials if judged.action == "deny" else others).append(text)
-    others += [f"{policy.where}: {policy.key} WARN {note}" for note in policy.verdict.notes]
     if not show_all and len(others) > MAX_WARNINGS:
         left_out = len(others) - (MAX_WARNINGS - 1)
         others = others[: MAX_WARNINGS - 1]
@@ -206,7 +204,3 @@ def _counts_line(run: CheckRun) -> str:
 
 def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
-
-
-def sorted_by_place(policies: Sequence[CheckedPolicy]) -> list[CheckedPolicy]:
-    return sorted(policies, key=lambda p: (p.where.file, p.where.line))

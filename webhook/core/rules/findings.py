@@ -8,7 +8,7 @@ judged findings make the `Verdict` the HTTP layer and the CLI both render.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from webhook.core.model.profiles import Action
 from webhook.core.rules.ruletable import RULES_BY_ID
@@ -49,7 +49,6 @@ class Verdict:
     """The outcome of one admission: what was found and what it means."""
 
     judged: tuple[Judged, ...] = ()
-    notes: tuple[str, ...] = field(default=())  # extra warning lines not tied to a rule
 
     @property
     def allowed(self) -> bool:
@@ -75,7 +74,7 @@ class Verdict:
     def warning_lines(self) -> list[str]:
         """At most MAX_WARNINGS lines; the last one says how many were left out (SPEC §2.5)."""
         # Warnings reach the user as HTTP `Warning` headers, which cannot hold a line break.
-        lines = [one_line(f.text) for f in self.warnings] + [one_line(n) for n in self.notes]
+        lines = [one_line(f.text) for f in self.warnings]
         if len(lines) <= MAX_WARNINGS:
             return lines
         kept = lines[: MAX_WARNINGS - 1]

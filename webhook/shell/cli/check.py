@@ -27,7 +27,6 @@ from webhook.shell.cli.manifests import Located
 from webhook.shell.process.errors import UsageError
 
 EXIT_OK, EXIT_DENIED, EXIT_ERROR = 0, 1, 2
-OUTPUTS = ("human", "json", "yaml", "sarif")
 
 
 def run(

@@ -43,7 +43,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 class WebhookRulesKeeper:
-    """One round now and then while `set_leading(True)`; `rounds` and `patches` count since
+    """One round now and then while `set_leading(True)`; `patches` counts since
     start, `readable` holds the last verdict per policy kind (tests, logs)."""
 
     def __init__(
@@ -70,7 +70,7 @@ class WebhookRulesKeeper:
         self._missing_said = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.rounds = self.patches = 0
+        self.patches = 0
         store.subscribe(self._on_change)
 
     # --- leadership ----------------------------------------------------------------------------
@@ -136,7 +136,6 @@ class WebhookRulesKeeper:
 
     async def sync_once(self) -> str:
         """One round; returns its result: unchanged, patched, conflict or missing."""
-        self.rounds += 1
         resources = self.policy_resources()
         readable = await self._check_readable(resources)
         wanted = [r for r in resources if readable[r]]
