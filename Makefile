@@ -27,10 +27,10 @@ test: install  ## the whole suite: unit, HTTPS, and end-to-end on a real kube-ap
 	$(BIN)/python -m pytest
 
 test-unit: install  ## everything but the end-to-end suite, with the full property budgets
-	$(BIN)/python -m pytest tests/core tests/shell tests/deploy
+	$(BIN)/python -m pytest tests/core tests/shell tests/deploy tests/bench
 
 check: lint  ## the fast loop: lint, then the tests without an API server on a fifth of the budgets
-	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q tests/core tests/shell tests/deploy
+	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -q tests/core tests/shell tests/deploy tests/bench
 
 lint: install  ## style, types (strict, tests included), the layers, dead code
 	$(BIN)/ruff check webhook tests bench

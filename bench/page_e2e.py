@@ -2,7 +2,8 @@
 
 The section sits between two markers, so that `python -m bench e2e` alone can replace it and
 leave the rest of the page as the last full run wrote it (`splice`); a full render puts it
-after the growth section. Like the rest of the page, it states no figure the file does not hold.
+after the growth section. Like the rest of the page, it states no figure the file does not hold;
+its prose is `bench/performance-e2e.md.tmpl`.
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from bench import prose
 from bench.e2e_summary import TARGETS
 
 BEGIN = "<!-- e2e:begin — written by `python -m bench e2e` from bench/out/e2e.json -->"
 END = "<!-- e2e:end -->"
 X = "\N{MULTIPLICATION SIGN}"
 SETUP_NAMES = {"none": "no webhook", "noop": "no-op webhook", "ours": "ours"}
+TEMPLATE = Path(__file__).with_name("performance-e2e.md.tmpl")
 
 
 def _n(value: Any, digits: int = 3) -> str:
@@ -39,55 +43,47 @@ def section(e2e: Mapping[str, Any]) -> list[str]:
     cfg = e2e["config"]
     sizes, rounds = cfg["sizes"], cfg["rounds"]
     code = e2e.get("code", {})
-    dirty = " plus uncommitted changes under `webhook/`" if code.get("webhook_dirty") else ""
+    text = prose.load(TEMPLATE)
     when = (
         datetime.datetime.fromtimestamp(e2e["unix_time"], datetime.UTC).strftime("%Y-%m-%d")
         if "unix_time" in e2e
         else "unknown"
     )
-    out = [
-        BEGIN,
-        "## 4. End to end: bulk writes and convergence on a real API server",
-        "",
-        "What a user meets: `kubectl create -f` of many routes through kube-apiserver v1.20.2 "
-        "(the end-to-end suite's, with etcd, on loopback), and the time until every annotation "
-        "is right after a policy edit. One Gateway with a RetryPolicy; N HTTPRoutes in one "
-        "`kind: List`, all on that Gateway and all sending to one backend Service (the worst "
-        "case for a shared object: the Service has a context per route). Three set-ups side by "
-        "side, the order flipping every round: no webhook registered; a no-op (an aiohttp HTTPS "
-        "endpoint answering `allowed: true`, registered through the shipped configurations — "
-        "same rules, timeouts and failure policies); ours (`policy-webhook serve` in cluster "
-        "mode, leading, started from a converged state). Ratios are per round, then the median "
-        "over rounds (lowest to highest in brackets). Admission latency is the API server's own "
-        "`apiserver_admission_webhook_admission_duration_seconds`, the difference of two scrapes "
-        "around the phase, pooled over rounds; its buckets in v1.20 are 5, 25, 100, 500 and 2,500 "
-        "ms, so p50/p99 are interpolated inside a bucket and the share within 5 ms is exact. "
-        f"Command: `make bench-e2e`. Measured on {when}, commit `{code.get('commit', '?')}`{dirty} "
-        f"(webhook/ digest `{code.get('digest', '?')}`); "
-        + ", ".join(
-            f"{s:,} routes: {r} round{'s' if r != 1 else ''}"
-            for s, r in zip(sizes, rounds, strict=True)
-        )
-        + ". Diagnosis of the gaps: [bench/e2e-findings.md](../bench/e2e-findings.md).",
-        "",
-        "| target (issue 18) | goal | measured | met? |",
-        "|---|---|---|---|",
-    ]
+    targets = ["| target (issue 18) | goal | measured | met? |", "|---|---|---|---|"]
     for key, what, goal, unit, higher in TARGETS:
         value = f.get(key)
         verdict = "—" if value is None or not math.isfinite(value) else (
             "**yes**" if f.get(f"target_met_{key}") else "**no**")  # fmt: skip
-        out.append(
+        targets.append(
             f"| {what} | {'≥' if higher else '≤'} {_n(goal)}{unit} | {_n(value)}{unit} | {verdict} |"
         )
-    out += ["", *_bulk(f, sizes), *_latency(f, sizes), *_fanout(f, sizes), *_growth(e2e), END, ""]
-    return out
-
-
-def _bulk(f: Mapping[str, float], sizes: list[int]) -> list[str]:
-    out = [
-        "Bulk create (wall time of one `kubectl create -f`, median over rounds):",
+    intro = text.block(
+        "section",
+        {},
+        day=when,
+        commit=code.get("commit", "?"),
+        dirty=text.aside("dirty", {}) if code.get("webhook_dirty") else "",
+        digest=code.get("digest", "?"),
+        rounds=", ".join(
+            f"{s:,} routes: {r} round{'s' if r != 1 else ''}"
+            for s, r in zip(sizes, rounds, strict=True)
+        ),
+        targets="\n".join(targets),
+    )
+    return [
+        BEGIN,
+        *intro,
+        *_bulk(text, f, sizes),
+        *_latency(text, f, sizes),
+        *_fanout(text, f, sizes),
+        *_growth(text, e2e),
+        END,
         "",
+    ]
+
+
+def _bulk(text: prose.Prose, f: Mapping[str, float], sizes: list[int]) -> list[str]:
+    out = [
         "| routes | no webhook | no-op webhook | ours | no-op / none | ours / no-op |",
         "|---|---|---|---|---|---|",
     ]
@@ -98,22 +94,19 @@ def _bulk(f: Mapping[str, float], sizes: list[int]) -> list[str]:
             f"{_span(f, p + 'ours_s', ' s')} | {_span(f, p + 'noop_vs_none', X)} | "
             f"{_span(f, p + 'ours_vs_noop', X)} |"
         )
-    out += ["", "CPU seconds spent during the bulk create (median over rounds):", "",
-            "| routes | set-up | kube-apiserver | etcd | webhook process |", "|---|---|---|---|---|"]  # fmt: skip
+    cpu = ["| routes | set-up | kube-apiserver | etcd | webhook process |", "|---|---|---|---|---|"]
     for s in sizes:
         for setup, name in SETUP_NAMES.items():
             p = f"bulk_{s}_{setup}_cpu_"
-            out.append(
+            cpu.append(
                 f"| {s:,} | {name} | {_n(f.get(p + 'kube_apiserver_s'))} | "
                 f"{_n(f.get(p + 'etcd_s'))} | {_n(f.get(p + 'webhook_s')) if setup != 'none' else '—'} |"
             )
-    return [*out, ""]
+    return text.block("bulk", {}, table="\n".join(out), cpu_table="\n".join(cpu))
 
 
-def _latency(f: Mapping[str, float], sizes: list[int]) -> list[str]:
+def _latency(text: prose.Prose, f: Mapping[str, float], sizes: list[int]) -> list[str]:
     out = [
-        "Mutating admission calls as the API server timed them (pooled over rounds):",
-        "",
         "| phase | routes | webhook | calls | p50 | p99 | within 5 ms | mean |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -132,14 +125,11 @@ def _latency(f: Mapping[str, float], sizes: list[int]) -> list[str]:
             f"{_n(f.get(p + 'p99_ms'))} ms | {_n(100 * share if share is not None else None)}% | "
             f"{_n(f.get(p + 'mean_ms'))} ms |"
         )
-    return [*out, ""]
+    return text.block("latency", {}, table="\n".join(out))
 
 
-def _fanout(f: Mapping[str, float], sizes: list[int]) -> list[str]:
+def _fanout(text: prose.Prose, f: Mapping[str, float], sizes: list[int]) -> list[str]:
     out = [
-        "Convergence after one edit of the Gateway's RetryPolicy, timed by a watch on the "
-        "routes (every route's annotation saying the new value; median over rounds):",
-        "",
         "| routes | `--reconcile-qps` | until all right | objects/s | first right | half right | "
         "kube-apiserver CPU | webhook CPU | patches / skips / retries |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -161,21 +151,15 @@ def _fanout(f: Mapping[str, float], sizes: list[int]) -> list[str]:
                 f"{_n(f[p + 'reconcile_patches'])} / {_n(f[p + 'reconcile_skips'])} / "
                 f"{_n(f[p + 'reconcile_retries'])} |"
             )
-    return [*out, ""]
+    return text.block("fanout", {}, table="\n".join(out))
 
 
-def _growth(e2e: Mapping[str, Any]) -> list[str]:
+def _growth(text: prose.Prose, e2e: Mapping[str, Any]) -> list[str]:
     growth = e2e.get("growth") or {}
     points = growth.get("points", [])
     if not points:
         return []
     out = [
-        "Cost of one route event as the routes sharing one Service grow: single routes "
-        "created one at a time, ours' CPU from the create until it is quiet again (its idle "
-        "rate taken off), mean over the probes; the exponent is fitted on the means. Our "
-        "handler's own /mutate time for the Service (its value has a context per route) is "
-        "from the decision log.",
-        "",
         "| routes sharing the Service | CPU per route event (mean / median) | /mutate of the route, median | /mutate of the Service, median |",
         "|---|---|---|---|",
     ]
@@ -191,8 +175,7 @@ def _growth(e2e: Mapping[str, Any]) -> list[str]:
             f"| {p['routes']:,} | {_n(p['event_cpu_ms'])} / {_n(p['event_cpu_ms_median'])} ms | "
             f"{_ms(route)} | {_ms(service)} |"
         )
-    out += ["", f"Fitted exponent: **{_n(growth.get('exponent'), 2)}** (target ≤ 0.2).", ""]
-    return out
+    return text.block("growth", {}, table="\n".join(out), exponent=_n(growth.get("exponent"), 2))
 
 
 def _ms(latency: Mapping[str, Any]) -> str:

@@ -1,0 +1,148 @@
+"""The performance page: its prose templates are whole, and the committed results render the
+committed page byte for byte. Nothing is measured and nothing is written into the checkout."""
+
+from __future__ import annotations
+
+import copy
+import json
+import platform
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import page, page_e2e, prose, report
+
+OUT = report.ROOT / "bench" / "out"
+PAGE = report.DOCS / "performance.md"
+TEMPLATES = (page.TEMPLATE, page_e2e.TEMPLATE)
+
+Parts = dict[str, Any]
+
+
+def committed_parts() -> Parts:
+    return report.load_parts(OUT)
+
+
+def render(parts: Parts, flat: dict[str, Any] | None = None) -> str:
+    flat = report.flatten(parts) if flat is None else flat
+    return page.render(parts, flat, report.targets_table(flat), plotted=True)
+
+
+def test_rendering_the_committed_results_reproduces_the_committed_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    committed = PAGE.read_text(encoding="utf-8")
+    # The page names the interpreter that rendered it, a fact the results do not hold; the
+    # machine's cores are in results.json, which is read as it is rather than recomputed here.
+    python = re.search(r"with Python (\S+) on", committed)
+    assert python, "the page no longer names its Python version"
+    monkeypatch.setattr(platform, "python_version", lambda: python[1])
+    flat = json.loads((OUT / "results.json").read_text(encoding="utf-8"))
+    assert render(committed_parts(), flat) == committed
+
+
+def _set(part: str, **values: Any) -> Callable[[Parts], None]:
+    return lambda parts: parts[part].update(values)
+
+
+def _code(*names: str, **values: Any) -> Callable[[Parts], None]:
+    def edit(parts: Parts) -> None:
+        for name in names:
+            parts[name]["code"] = {**parts[name]["code"], **values}
+
+    return edit
+
+
+def _both(*edits: Callable[[Parts], None]) -> Callable[[Parts], None]:
+    def edit(parts: Parts) -> None:
+        for one in edits:
+            one(parts)
+
+    return edit
+
+
+# Runs unlike the committed one, so that every alternative snippet is chosen once.
+VARIANTS: dict[str, Callable[[Parts], None]] = {
+    "as committed": _both(),
+    "a run at half the default size": _set("scale", scale=0.5),
+    "no summary cache": _set("scale", uses_cache=0),
+    "wrk well ahead of the Python client": _set("http", http_wrk_gain_over_python_client=2.0),
+    "uncommitted changes measured": _code(
+        "http", "scale", "growth", "profile", "choices", "e2e", webhook_dirty=True
+    ),
+    "parts that measured different code": _both(
+        _code("http", digest="000000000000"), _code("scale", changed_during_part=True)
+    ),
+}
+
+
+def test_every_snippet_of_the_templates_is_filled_by_some_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each snippet is used, and `substitute` found a value for each of its placeholders."""
+    used: set[tuple[str, str]] = set()
+    fill = prose.Prose.text
+
+    def recording(
+        self: prose.Prose, name: str, values: Any, /, **more: object
+    ) -> str:  # the signature of Prose.text
+        used.add((self.path.name, name))
+        return fill(self, name, values, **more)
+
+    monkeypatch.setattr(prose.Prose, "text", recording)
+    base = committed_parts()
+    for edit in VARIANTS.values():
+        parts = copy.deepcopy(base)
+        edit(parts)
+        render(parts)
+    for path in TEMPLATES:
+        snippets = {(path.name, name) for name in prose.load(path).snippets}
+        assert snippets - used == set(), f"snippets no run fills in {path.name}"
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.name)
+def test_every_snippet_is_a_valid_template(path: Path) -> None:
+    for name, template in prose.load(path).snippets.items():
+        assert template.is_valid(), name
+
+
+def test_a_figure_missing_from_the_results_stops_the_render() -> None:
+    parts = committed_parts()
+    flat = report.flatten(parts)
+    del flat["http_noop_validate_rps_python_client"]  # quoted by the wrk reading
+    with pytest.raises(KeyError, match="http_noop_validate_rps_python_client"):
+        render(parts, flat)
+
+
+# --- the snippet file ----------------------------------------------------------------------------
+
+
+def snippets(tmp_path: Path, text: str) -> prose.Prose:
+    path = tmp_path / "page.md.tmpl"
+    path.write_text(text, encoding="utf-8")
+    return prose.load(path)
+
+
+def test_a_snippet_runs_to_the_next_header_without_the_blank_lines_between(
+    tmp_path: Path,
+) -> None:
+    text = snippets(
+        tmp_path, "the file's comment\n[[one]]  a note\n# $title\n\nbody\n\n\n[[two]]\nx\n"
+    )
+    assert text.lines("one", {"title": "T"}) == ["# T", "", "body"]
+    assert text.block("two", {}) == ["x", ""]
+    assert text.aside("two", {}) == " x"
+
+
+def test_a_placeholder_without_a_value_is_an_error_not_left_on_the_page(tmp_path: Path) -> None:
+    text = snippets(tmp_path, "[[one]]\n$known and $unknown\n")
+    with pytest.raises(KeyError, match="unknown"):
+        text.text("one", {"known": "1"})
+
+
+def test_a_snippet_defined_twice_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="twice"):
+        snippets(tmp_path, "[[one]]\na\n[[one]]\nb\n")
