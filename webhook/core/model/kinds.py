@@ -118,7 +118,10 @@ NEVER_POLICIES = frozenset({*DEFAULT_TARGETS, REFERENCE_GRANT, CRD, *KNOWN_KINDS
 
 def ladder_rank(gk: GroupKind) -> int:
     """How far down the ladder a kind sits: GatewayClass 0 … Service 4; past it for others."""
-    return next((i for i, rung in enumerate(LADDER) if gk in rung), len(LADDER))
+    return _RANKS.get(gk, len(LADDER))
+
+
+_RANKS: Mapping[GroupKind, int] = {gk: i for i, rung in enumerate(LADDER) for gk in rung}
 
 
 def is_cluster_scoped(gk: GroupKind) -> bool:
