@@ -505,5 +505,6 @@ def test_the_index_follows_the_store_and_overlays_layer_on_it() -> None:
     assert memo.index_of(overlay).routes_of_backend(service("apps", "foo")) == frozenset()
     assert memo.index_of(store).routes_of_backend(service("apps", "foo")) == {route("apps", "r")}
     store.upsert(moved)
-    assert memo.index_of(store) is not first
+    assert memo.index_of(store) is first  # kept, the route's entries moved
     assert memo.index_of(store).routes_of_backend(service("apps", "foo")) == frozenset()
+    assert memo.index_of(store).routes_of_parent(gateway("infra", "gw")) >= {route("apps", "r")}

@@ -7,10 +7,12 @@ the cache property's job (changes.py); here, which write keeps or drops which me
 
 from __future__ import annotations
 
+import bisect
 import copy
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,8 +21,10 @@ from tests.fixtures.budget import examples
 from tests.fixtures.engine import CRDS, gateway, route, store_of
 from webhook.core.annotation import summary
 from webhook.core.engine import effective, hierarchy, memo
+from webhook.core.engine.hierarchy_index import HierarchyIndex
 from webhook.core.model import kinds
 from webhook.core.model.refs import ObjectKey
+from webhook.core.state import store as store_module
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import Store
 
@@ -194,11 +198,25 @@ def test_a_policy_that_moves_comes_or_goes_drops_the_ladders() -> None:
 def test_a_hierarchy_write_drops_the_ladders() -> None:
     store, _, _ = warm()
     effective.compute(R1, store)
+    effective.compute(gateway("apps", "gw"), store)
+    ladders = memo.ladders_of(store)
+    gw = copy.deepcopy(dict(store.get(gateway("apps", "gw")) or {}))
+    gw["spec"]["listeners"].append({"name": "two", "protocol": "HTTP", "port": 81})
+    store.upsert(gw)
+    fresh = memo.ladders_of(store)
+    assert fresh is not ladders and fresh is not None and not fresh.reached
+
+
+def test_a_route_write_drops_only_that_routes_ladder() -> None:
+    store, _, _ = warm()
+    effective.compute(R1, store)
+    effective.compute(gateway("apps", "gw"), store)
     ladders = memo.ladders_of(store)
     moved = copy.deepcopy(dict(store.get(R1) or {}))
     moved["spec"]["parentRefs"] = []
     store.upsert(moved)
-    assert memo.ladders_of(store) is not ladders
+    assert ladders is not None and memo.ladders_of(store) is ladders
+    assert R1 not in ladders.reached and gateway("apps", "gw") in ladders.reached
     assert effective.compute(R1, store) == []
 
 
@@ -276,3 +294,165 @@ def test_an_overlay_computes_what_the_changed_cluster_would(
         assert summary.summarize(key, overlay, changes.SETTINGS) == summary.summarize(
             key, after, changes.SETTINGS
         ), key
+
+
+# --- catching up on the store's writes, one object at a time (issue 18) -------------------------
+
+
+def test_a_route_write_keeps_the_index_the_engine_memo_and_everything_else_of_the_structure() -> (
+    None
+):
+    store, structure, engine = warm()
+    gw = gateway("apps", "gw")
+    index = memo.index_of(store)
+    hierarchy.contexts_of(gw, store)
+    store.upsert(route_doc("r2"))
+    assert memo.index_of(store) is index and index.routes_of_parent(gw) == {R1, route("apps", "r2")}
+    assert memo.shared_structure(store) is structure and memo.engine_of(store) is engine
+    assert gw in structure.contexts  # a Gateway's contexts do not pass through its routes
+
+
+def test_a_write_of_what_nothing_reads_keeps_every_memo() -> None:
+    """Our own annotation patch, a status write: the store holds a new object, no memo moves."""
+    store, structure, engine = warm()
+    effective.compute(R1, store)
+    ladders, index = memo.ladders_of(store), memo.index_of(store)
+    for key in (R1, gateway("apps", "gw")):
+        doc = copy.deepcopy(dict(store.get(key) or {}))
+        doc["metadata"]["annotations"] = {"example.com/effective-policies": "{}"}
+        doc["status"] = {"parents": []}
+        store.upsert(doc)
+    assert memo.shared_structure(store) is structure and R1 in structure.contexts
+    assert memo.ladders_of(store) is ladders and memo.engine_of(store) is engine
+    assert memo.index_of(store) is index
+
+
+def test_a_memo_further_behind_than_the_stores_log_starts_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_module, "WRITE_LOG", 2)
+    store, structure, engine = warm()
+    index = memo.index_of(store)
+    for name in ("r2", "r3", "r4"):  # three writes, nobody asking in between: two remembered
+        store.upsert(route_doc(name))
+    assert store.writes_since(store.revision - 3) is None
+    assert memo.index_of(store) is not index and memo.shared_structure(store) is not structure
+    assert memo.engine_of(store) is not engine
+    assert_memos_fresh(store)
+
+
+def route_doc(name: str, *, backend: str = "svc") -> dict[str, Any]:
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": "apps"},
+        "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": backend}]}]},
+    }
+
+
+def assert_memos_fresh(store: Store) -> None:
+    """The index and every object's contexts, kept across writes, equal a fresh store's — made
+    whole there, whatever way the store keeps them (a Service's by route, `PARTS_MIN_ROUTES`)."""
+    fresh = changes.rebuilt(store)
+    kept, rebuilt_index = memo.index_of(store), memo.index_of(fresh)
+    assert kept._added == rebuilt_index._added, "stale index"
+    keys = changes.annotated(store)
+    found = {key: hierarchy.contexts_of(key, store) for key in keys}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10**9)
+        for key in keys:
+            assert found[key] == hierarchy.contexts_of(key, fresh), f"stale contexts: {key}"
+
+
+@pytest.fixture
+def services_by_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Service's contexts kept by route, however few its routes."""
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 1)
+
+
+BATCHES = st.lists(st.lists(changes.OPS, min_size=1, max_size=3), min_size=1, max_size=6)
+
+
+@settings(
+    max_examples=examples(120),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(start=st.lists(changes.OPS, max_size=6), batches=BATCHES)
+def test_memos_kept_across_writes_equal_a_fresh_stores(
+    start: list[changes.Op], batches: list[list[changes.Op]]
+) -> None:
+    """The index moved entry by entry and a Service's contexts kept by route are those a fresh
+    store builds whole — also when the memo catches up on a few writes at once."""
+    for by_route in (1, hierarchy.PARTS_MIN_ROUTES):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(hierarchy, "PARTS_MIN_ROUTES", by_route)
+            store = changes.base_store()
+            for op in start:
+                changes.apply(store, op)
+            assert_memos_fresh(store)
+            for batch in batches:
+                for op in batch:
+                    changes.apply(store, op)
+                assert_memos_fresh(store)
+
+
+def moved_away(store: Store) -> None:
+    """r1 from Service foo to bar (and another Gateway): its index entries and parts move."""
+    changes.apply(store, ("upsert", changes.route_doc("apps", "r1", 2, 1)))
+
+
+def test_the_property_catches_an_index_that_misses_a_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(HierarchyIndex, "move", lambda self, key, old, new: None)
+    store = changes.base_store()
+    assert_memos_fresh(store)
+    moved_away(store)
+    with pytest.raises(AssertionError, match="stale index"):
+        assert_memos_fresh(store)
+
+
+def test_the_property_catches_contexts_kept_through_a_route_event(
+    monkeypatch: pytest.MonkeyPatch,
+    services_by_route: None,
+) -> None:
+    """A route's write that forgets nothing: its contexts, and its part of foo's, stay."""
+    monkeypatch.setattr(memo.StructureMemo, "forget_route", lambda self, route, services: None)
+    store = changes.base_store()
+    assert_memos_fresh(store)
+    moved_away(store)
+    with pytest.raises(AssertionError, match="stale contexts"):
+        assert_memos_fresh(store)
+
+
+def test_the_property_catches_a_service_part_put_in_the_wrong_place(
+    monkeypatch: pytest.MonkeyPatch,
+    services_by_route: None,
+) -> None:
+    """The order of a Service's contexts kept across route events is checked too: parts put
+    at the end instead of in their place are caught."""
+    monkeypatch.setattr(bisect, "insort", lambda ordered, context, key: ordered.append(context))
+    store = changes.base_store()
+    changes.apply(store, ("upsert", changes.route_doc("apps", "r2", 5, 0)))  # two parents
+    assert_memos_fresh(store)
+    changes.apply(store, ("upsert", changes.route_doc("apps", "r1", 1, 0)))  # r1: https only
+    with pytest.raises(AssertionError, match="stale contexts"):
+        assert_memos_fresh(store)
+
+
+def test_the_property_catches_a_memo_that_skips_writes_it_did_not_see(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A log that hands over only the last of several writes (a truncation not reported)."""
+    real = Store.writes_since
+
+    def last_only(self: Store, revision: int) -> Any:
+        found = real(self, revision)
+        return found[-1:] if found is not None else None
+
+    monkeypatch.setattr(Store, "writes_since", last_only)
+    store = changes.base_store()
+    assert_memos_fresh(store)
+    moved_away(store)  # two writes before anyone asks: the move is skipped
+    changes.apply(store, ("upsert", changes.namespace_doc("shop", 2)))
+    with pytest.raises(AssertionError, match=r"stale (index|contexts)"):
+        assert_memos_fresh(store)

@@ -12,7 +12,8 @@ contexts of one object are computed together anyway (they share rungs and polici
 knows where each policy kind's piece lies in the value: a policy's write marks only its kind
 stale on the objects it affects, and the next `get` recomputes that kind alone (kinds never
 interact, SPEC §5) — a RetryPolicy edit on a busy Gateway leaves its thousands of objects'
-other kinds as they were.
+other kinds as they were. A Service behind many routes is computed from its pieces by route
+(`hubs`), so that a route's write does not make it cost all its routes again.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from webhook.core.annotation import summary
+from webhook.core.annotation import hubs, summary
 from webhook.core.annotation.dependencies import AffectedFeed
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
@@ -84,7 +85,12 @@ class SummaryCache:
         return entry.value
 
     def _computed(self, key: ObjectKey) -> _Entry:
-        return _Entry(*summary.summarize_in_pieces(key, self._store, self._settings))
+        # A Service behind many routes from its pieces by route (the same bytes): a route's
+        # write costs that route's piece, not all the Service's contexts again.
+        found = hubs.summarize_in_pieces(key, self._store, self._settings)
+        if found is None:
+            found = summary.summarize_in_pieces(key, self._store, self._settings)
+        return _Entry(*found)
 
     def _refreshed(self, key: ObjectKey, entry: _Entry) -> _Entry:
         """The entry with its stale kinds' pieces recomputed, the others kept as they were."""

@@ -32,12 +32,9 @@ from webhook.core.model.profiles import defined_kind, unknown_profile
 from webhook.core.model.refs import ObjectKey
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import ClusterView, Store, policy_targets
+from webhook.core.state.trim import relevant as relevant  # what a summary reads of an object
 
 Obj = Mapping[str, Any]
-
-# Written by the API server or by controllers, never read by the engine (see trim.py).
-_IRRELEVANT_METADATA = frozenset({"annotations", "resourceVersion", "generation", "managedFields"})
-_IRRELEVANT_TOP = frozenset({"status"})
 
 # What attaches by Namespace selectors: routes (allowedRoutes), ListenerSets (allowedListeners).
 _SELECTED_KINDS = frozenset({kinds.LISTENER_SET, *kinds.ROUTE_KINDS})
@@ -111,15 +108,6 @@ def affected_by_change(
     if gk == kinds.CRD:
         return _crd_change(old, new, after)
     return set()
-
-
-def relevant(obj: Obj) -> dict[str, Any]:
-    """The object without what no summary reads (two equal results: nothing to recompute)."""
-    out = {k: v for k, v in obj.items() if k not in _IRRELEVANT_TOP}
-    metadata = obj.get("metadata")
-    if isinstance(metadata, Mapping):
-        out["metadata"] = {k: v for k, v in metadata.items() if k not in _IRRELEVANT_METADATA}
-    return out
 
 
 def _reach(

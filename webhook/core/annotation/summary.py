@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from webhook.core.annotation import compact_json
 from webhook.core.engine import effective, memo
+from webhook.core.engine.board import ContextResult
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.overlay import OverlayView
@@ -79,7 +80,7 @@ def _rendered(
     fitted = fit(pieces_of(results, dumps), max_bytes)
     if fitted is not None:
         return fitted
-    return dump(_truncated(summary_value(results, dumps), max_bytes)), None
+    return dump(truncated(summary_value(results, dumps), max_bytes)), None
 
 
 # The value is assembled from one piece per kind — the JSON of `policies[kind]` — so that the
@@ -141,18 +142,7 @@ def _kind_entry(result: effective.KindResult, dumps: Dumps) -> dict[str, Any]:
     # and, through the engine memo, across objects): dump each once.
     groups: dict[str, tuple[dict[str, Any], set[tuple[str, ...]], str]] = {}
     for found in result.groups:
-        identity = (id(found.effective), id(found.sources))
-        done = dumps.get(identity)
-        if done is None:
-            sources = {ptr: src.as_json() for ptr, src in found.sources.items()}
-            group_key = dump([found.effective, sources])  # alike in both: one entry
-            done = dumps[identity] = DumpedGroup(
-                found.effective,
-                found.sources,
-                sources,
-                group_key,
-                dump(found.effective),
-            )
+        done = dumped_group(found, dumps)
         group = groups.get(done.group_key)
         if group is None:
             group = groups[done.group_key] = (
@@ -169,7 +159,24 @@ def _kind_entry(result: effective.KindResult, dumps: Dumps) -> dict[str, Any]:
     return {"contexts": contexts, "policies": list(result.policies)}
 
 
-def _truncated(value: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+def dumped_group(found: effective.ResultGroup | ContextResult, dumps: Dumps) -> DumpedGroup:
+    """The JSON of one board's answer, made once per board while the engine memo keeps it."""
+    identity = (id(found.effective), id(found.sources))
+    done: DumpedGroup | None = dumps.get(identity)
+    if done is None:
+        sources = {ptr: src.as_json() for ptr, src in found.sources.items()}
+        group_key = dump([found.effective, sources])  # alike in both: one entry
+        done = dumps[identity] = DumpedGroup(
+            found.effective,
+            found.sources,
+            sources,
+            group_key,
+            dump(found.effective),
+        )
+    return done
+
+
+def truncated(value: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     """Drop `sources` everywhere, then contexts from the end, until the value fits."""
     kinds: dict[str, dict[str, Any]] = {
         name: {

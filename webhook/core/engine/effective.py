@@ -23,7 +23,7 @@ Decisions where SPEC §5 is silent (docs/decisions.md):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -42,7 +42,7 @@ from webhook.core.engine.board import (
 from webhook.core.engine.hierarchy import Context, Rung
 from webhook.core.engine.ladder import Ladder
 from webhook.core.engine.stanzas import StanzaLeaves, object_leaves
-from webhook.core.model import leaves
+from webhook.core.model import kinds, leaves
 from webhook.core.model.policy import Policy
 from webhook.core.model.profiles import KindProfile, Merge, PolicyClass
 from webhook.core.model.refs import GroupKind, ObjectKey
@@ -124,6 +124,97 @@ def compute(
     return out
 
 
+# --- a hub object in parts (`annotation.hubs`) ------------------------------------------------------
+
+
+class Part(NamedTuple):
+    """Some of an object's contexts — a Service's through one route — grouped as `ladder`
+    groups them, and the policy kinds met at their rungs."""
+
+    ladder: Ladder
+    kinds: frozenset[GroupKind]
+
+
+def part_of(contexts: Sequence[Context], view: ClusterView) -> Part:
+    evaluation = _Evaluation.of(view, with_losers=False)
+    attachments = evaluation.attachments
+    lad = ladder.ladder_of(contexts, attachments, evaluation.paths)
+    met = {gk for rungs in lad.by_policy_rungs for rung in rungs for gk in attachments.at(rung)}
+    return Part(lad, frozenset(met))
+
+
+Signature = tuple[Rung, ...]  # the rungs of a context holding a kind's policies, root first
+
+
+def signatures_of(
+    part: Part, gk: GroupKind, view: ClusterView
+) -> tuple[tuple[str, ...], dict[Signature, list[int]]]:
+    """An Inherited kind on a part's contexts: the policies met, and the contexts (indices into
+    the part's ladder) by signature — one board per signature (`signature_answer`), as
+    `compute` shares boards within the whole. Where things attach, not their values: kept
+    while the ladders are (`memo`), across edits of policies' values."""
+    attachments = _Evaluation.of(view, with_losers=False).attachments
+    refs: set[str] = set()
+    found: dict[Signature, list[int]] = {}
+    for rungs, indices in part.ladder.by_policy_rungs.items():
+        signature = tuple(rung for rung in rungs if attachments.at(rung).get(gk))
+        for rung in signature:
+            refs.update(p.ref for p in attachments.at(rung)[gk])
+        found.setdefault(signature, []).extend(indices)
+    return tuple(sorted(refs)), found
+
+
+def signature_answer(
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, gk: GroupKind, signature: Signature
+) -> ContextResult:
+    """The answer (without losers) of an Inherited kind on the object's contexts of one
+    signature, as `compute` gives them: the same board, kept in the engine memo."""
+    rules = _KindRules(view.profile(gk), _Evaluation.of(view, with_losers=False))
+    return rules.board_of(signature, signature, object_leaves(rules.profile, obj), key.display())
+
+
+def hub_blocked(key: ObjectKey, view: ClusterView, gks: Iterable[GroupKind]) -> bool:
+    """Whether the object's answer for some kind depends on all its contexts at once, so that
+    it cannot be made part by part: a kind of unknown class among `gks` (those its parts meet)
+    or its own policies' (its class is inferred from every context), or an Inherited policy on
+    one of its own sections (`hierarchy.with_sections` adds variants of all its contexts)."""
+    attachments = _Evaluation.of(view, with_losers=False).attachments
+    obj = view.get(key)
+    sections = kinds.section_names(key.group_kind, obj) if obj is not None else frozenset()
+    own = attachments.on(key)
+    for gk in {*gks, *(p.key.group_kind for p, _ in own)}:
+        if view.profile(gk).policy_class is None:
+            return True
+    return any(
+        s is not None
+        and s in sections
+        and view.profile(p.key.group_kind).policy_class == "Inherited"
+        for p, s in own
+    )
+
+
+def direct_results(key: ObjectKey, view: ClusterView) -> list[KindResult]:
+    """The object's Direct kinds' answers: its own policies only, whatever its contexts."""
+    obj = view.get(key)
+    if obj is None:
+        return []
+    evaluation = _Evaluation.of(view, with_losers=False)
+    own = evaluation.attachments.on(key)
+    sections = kinds.section_names(key.group_kind, obj)
+    out = []
+    for gk in sorted({p.key.group_kind for p, _ in own}):
+        profile = view.profile(gk)
+        if profile.policy_class != "Direct":
+            continue
+        rules = _KindRules(profile, evaluation)
+        mine = rules.attached(key)
+        targeted = {s for _, s in mine if s is not None and s in sections}
+        found = rules.direct(key, mine, sections, targeted)
+        if found is not None:
+            out.append(found)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class _Evaluation:
     """What one call shares with every other call on the same state of the view (`memo`)."""
@@ -153,21 +244,21 @@ class _KindRules:
     def apply(
         self, key: ObjectKey, obj: Mapping[str, Any], standing: ladder.Reached
     ) -> KindResult | None:
-        own = self._attached(key)
+        own = self.attached(key)
         targeted = {s for _, s in own if s is not None and s in standing.sections}
         klass = self.profile.policy_class or self._inferred_class(key, standing.ladder.contexts)
         if klass == "Direct":
-            return self._direct(key, own, standing.sections, targeted)
+            return self.direct(key, own, standing.sections, targeted)
         return self._inherited(key, obj, standing.ladder, targeted)
 
-    def _attached(self, key: ObjectKey) -> list[tuple[Policy, str | None]]:
+    def attached(self, key: ObjectKey) -> list[tuple[Policy, str | None]]:
         return [
             (p, s) for p, s in self.evaluation.attachments.on(key) if p.key.group_kind == self.gk
         ]
 
     def _inferred_class(self, key: ObjectKey, contexts: Sequence[Context]) -> PolicyClass:
         keys = {key, *(r.key for ctx in contexts for r in ctx)}
-        found = (p for k in keys for p, _ in self._attached(k))
+        found = (p for k in keys for p, _ in self.attached(k))
         return "Inherited" if any(p.policy_class == "Inherited" for p in found) else "Direct"
 
     def _result(
@@ -188,7 +279,7 @@ class _KindRules:
 
     # --- SPEC §5.1: Direct kinds ------------------------------------------------------------------
 
-    def _direct(
+    def direct(
         self,
         key: ObjectKey,
         own: list[tuple[Policy, str | None]],
@@ -268,20 +359,13 @@ class _KindRules:
         the rungs holding this kind's policies name the board, for every object whose
         contexts meet them — unless the object's own values take part (SPEC §5.9).
         """
-        kept = self.evaluation.engine_memo.boards if not from_object else {}
         by_signature: dict[tuple[Rung, ...], tuple[ContextResult, list[int]]] = {}
         for rungs, indices in lad.by_policy_rungs.items():
-            found = levels[rungs]
-            signature = tuple(rung for rung, _ in found)
+            signature = tuple(rung for rung, _ in levels[rungs])
             entry = by_signature.get(signature)
             if entry is None:
-                memo_key = (self.gk, self.evaluation.with_losers, signature)
-                done = kept.get(memo_key)
-                if done is None:
-                    context = lad.contexts[indices[0]]
-                    done = kept[memo_key] = self._inherited_board(
-                        context, found, from_object, object_at
-                    )
+                context = lad.contexts[indices[0]]
+                done = self.board_of(signature, context, from_object, object_at)
                 entry = by_signature[signature] = (done, [])
             entry[1].extend(indices)
         groups = [
@@ -290,6 +374,25 @@ class _KindRules:
         ]
         groups.sort(key=lambda g: g.indices[0])
         return groups
+
+    def board_of(
+        self,
+        signature: tuple[Rung, ...],
+        context: Context,
+        from_object: Mapping[leaves.Path, Any],
+        object_at: str,
+    ) -> ContextResult:
+        """The board of contexts meeting this kind's policies at `signature`'s rungs: kept in
+        the engine memo for every object whose contexts meet them, unless the object's own
+        values take part (SPEC §5.9)."""
+        kept = self.evaluation.engine_memo.boards if not from_object else {}
+        memo_key = (self.gk, self.evaluation.with_losers, signature)
+        done = kept.get(memo_key)
+        if done is None:
+            at = self.evaluation.attachments.at
+            levels = [(rung, at(rung)[self.gk]) for rung in signature]
+            done = kept[memo_key] = self._inherited_board(context, levels, from_object, object_at)
+        return done
 
     def _inherited_board(
         self,

@@ -26,7 +26,8 @@ Decisions where SPEC §4 is silent (docs/decisions.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from webhook.core.engine.attachment import (
@@ -41,7 +42,13 @@ from webhook.core.engine.attachment import (
     spec_mapping,
 )
 from webhook.core.engine.hierarchy_index import HierarchyIndex
-from webhook.core.engine.memo import StructureMemo, index_of, shared_structure, structure_of
+from webhook.core.engine.memo import (
+    ServiceParts,
+    StructureMemo,
+    index_of,
+    shared_structure,
+    structure_of,
+)
 from webhook.core.model import kinds
 from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, ObjectKey
 from webhook.core.state.overlay import OverlayView
@@ -111,11 +118,41 @@ def contexts_of(
     return list(_known_contexts(key, view, structure_of(view)))
 
 
+def contexts_by_route(
+    key: ObjectKey, view: ClusterView
+) -> Mapping[ObjectKey, tuple[Context, ...]] | None:
+    """A Service's contexts by the route each passes through (each route's sorted), where a
+    memo is kept for `view` (a store, or an overlay that leaves the hierarchy alone): what its
+    value is made of, route by route (`annotation.hubs`). None elsewhere, or for no Service.
+    Read it before the store is written again."""
+    memo = shared_structure(view)
+    obj = view.get(key)
+    if memo is None or obj is None or key.group_kind != kinds.SERVICE:
+        return None
+    memo.contexts.pop(key, None)  # from now on kept by route
+    return _service_parts(key, obj, view, memo).by_route
+
+
+# A Service behind this many routes keeps its contexts by route (`memo.ServiceParts`), so that
+# a route's write makes only that route's part again; fewer are made whole, as other objects.
+PARTS_MIN_ROUTES = 16
+
+
 def _known_contexts(key: ObjectKey, view: ClusterView, memo: StructureMemo) -> tuple[Context, ...]:
     found = memo.contexts.get(key)
     if found is None:
+        if key in memo.services or _kept_by_route(key, view):
+            return _service_contexts(key, view, memo)
         found = memo.contexts[key] = _contexts(key, view, memo)
     return found
+
+
+def _kept_by_route(key: ObjectKey, view: ClusterView) -> bool:
+    return (
+        key.kind == "Service"
+        and not key.group
+        and len(index_of(view).routes_of_backend(key)) >= PARTS_MIN_ROUTES
+    )
 
 
 def _backends(route: ObjectKey, obj: Mapping[str, Any], memo: StructureMemo) -> list[BackendRef]:
@@ -139,8 +176,11 @@ def _contexts(key: ObjectKey, view: ClusterView, memo: StructureMemo) -> tuple[C
         found = _listener_set_contexts(key, obj, view)
     elif gk in kinds.ROUTE_KINDS:
         found = _route_contexts(key, obj, view, memo.parents)
-    elif gk == kinds.SERVICE:
-        found = _service_contexts(key, obj, view, memo)
+    elif gk == kinds.SERVICE:  # a Service behind few routes, made whole
+        ports, standalone = _named_ports(obj), _standalone(key)
+        routes = sorted(index_of(view).routes_of_backend(key))
+        found = _chain(_contexts_through(key, r, ports, standalone, view, memo) for r in routes)
+        found = found or [standalone]
     else:
         found = []
     return tuple(sort_contexts(found))
@@ -254,34 +294,107 @@ def _parent_contexts(ref: ParentRef, route: ObjectKey, view: ClusterView) -> lis
 
 
 def _service_contexts(
+    key: ObjectKey, view: ClusterView, memo: StructureMemo
+) -> tuple[Context, ...]:
+    """A Service's contexts, kept by route (`_service_parts`)."""
+    obj = view.get(key)
+    if obj is None:
+        return ()
+    return _service_parts(key, obj, view, memo).ordered or (_standalone(key),)
+
+
+def _service_parts(
     key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: StructureMemo
-) -> list[Context]:
+) -> ServiceParts:
+    """A Service's contexts, route by route: one per (route context, backendRef to it).
+
+    Made whole once; then a route's write (`memo.StoreMemo`) marks its part pending, and only
+    that part is made again and put in place: a route event beside 10,000 others on the same
+    Service costs a few comparisons (`bisect`), not a sort of 20,000 contexts.
+    """
+    parts = memo.services.get(key)
+    if parts is not None and not parts.pending:
+        return parts
+    ports, standalone = _named_ports(obj), _standalone(key)
+    routes_here = index_of(view).routes_of_backend(key)
+    if parts is None:
+        parts = memo.services[key] = ServiceParts()
+        for route in sorted(routes_here):
+            found = _service_part(key, route, ports, standalone, view, memo)
+            if found:
+                parts.by_route[route] = found
+        if len(parts.by_route) == 1:  # most Services: one route's part is the whole, sorted
+            parts.ordered = next(iter(parts.by_route.values()))
+        else:
+            parts.ordered = tuple(sorted(_chain(parts.by_route.values()), key=_context_order))
+        return parts
+    ordered = list(parts.ordered)
+    for route in sorted(parts.pending or ()):
+        for context in parts.by_route.pop(route, ()):
+            at = bisect.bisect_left(ordered, _context_order(context), key=_context_order)
+            del ordered[at]  # parts never share a context: each holds its route's rung
+        found = (
+            _service_part(key, route, ports, standalone, view, memo) if route in routes_here else ()
+        )
+        if found:
+            parts.by_route[route] = found
+            for context in found:
+                bisect.insort(ordered, context, key=_context_order)
+    parts.pending = None
+    parts.ordered = tuple(ordered)
+    return parts
+
+
+def _chain(parts: Iterable[Sequence[Context]]) -> list[Context]:
+    return [context for part in parts for context in part]
+
+
+def _named_ports(obj: Mapping[str, Any]) -> dict[int, str]:
     ports: dict[int, str] = {}
     for item in kinds.section_items(kinds.SERVICE, obj):
         number, name = item.get("port"), item.get("name")
         if isinstance(number, int) and isinstance(name, str) and name:
             ports.setdefault(number, name)
-    out: list[Context] = []
-    standalone = _standalone(key)
-    for route in sorted(index_of(view).routes_of_backend(key)):
-        route_obj = view.get(route)
-        if route_obj is None:
-            continue
-        refs = [
-            b
-            for b in _backends(route, route_obj, memo)
-            if b.key == key and backend_allowed(route, b, view)
-        ]
-        if not refs:
-            continue
-        # What follows the route's context, per backendRef: built once, shared by every context.
-        tails = []
-        for ref in refs:
-            rule = (Rung(route, ref.rule),) if ref.rule else ()
-            port = ports.get(ref.port) if ref.port is not None else None
-            tails.append((*rule, *standalone, *((Rung(key, port),) if port else ())))
-        out.extend((*ctx, *tail) for ctx in _known_contexts(route, view, memo) for tail in tails)
-    return out or [standalone]
+    return ports
+
+
+def _service_part(
+    key: ObjectKey,
+    route: ObjectKey,
+    ports: Mapping[int, str],
+    standalone: Context,
+    view: ClusterView,
+    memo: StructureMemo,
+) -> tuple[Context, ...]:
+    """The Service's contexts through one route, sorted: one per (route context, backendRef)."""
+    return tuple(sort_contexts(_contexts_through(key, route, ports, standalone, view, memo)))
+
+
+def _contexts_through(
+    key: ObjectKey,
+    route: ObjectKey,
+    ports: Mapping[int, str],
+    standalone: Context,
+    view: ClusterView,
+    memo: StructureMemo,
+) -> list[Context]:
+    route_obj = view.get(route)
+    if route_obj is None:
+        return []
+    refs = [
+        b
+        for b in _backends(route, route_obj, memo)
+        if b.key == key and backend_allowed(route, b, view)
+    ]
+    if not refs:
+        return []
+    # What follows the route's context, per backendRef: built once, shared by every context.
+    tails = []
+    for ref in refs:
+        rule = (Rung(route, ref.rule),) if ref.rule else ()
+        port = ports.get(ref.port) if ref.port is not None else None
+        tails.append((*rule, *standalone, *((Rung(key, port),) if port else ())))
+    return [(*ctx, *tail) for ctx in _known_contexts(route, view, memo) for tail in tails]
 
 
 # --- the reverse: what lies below a rung ------------------------------------------------------

@@ -2,14 +2,14 @@
 
 "Which routes name this Gateway as a parent", "which routes send to this Service", "which
 Gateways use this class" — what `hierarchy` needs to walk down from a rung (fan-out, impact
-previews) and to find a Service's routes, without scanning every route. Built once per store
-state and layered for an overlay; raw references only, admission is checked by the callers.
+previews) and to find a Service's routes, without scanning every route. A store's is built
+once and then kept object by object as the store is written (`memo.StoreMemo`); an overlay's is
+a layer over its base's. Raw references only, admission is checked by the callers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Set
 from typing import Any, Literal
 
 from webhook.core.engine.attachment import (
@@ -25,45 +25,74 @@ from webhook.core.state.store import ClusterView
 Table = Literal["class", "listenerset", "parent", "backend", "namespace"]
 Bucket = tuple[Table, object]
 # The kinds whose objects refer to others up the hierarchy, or are referred to: a write to one
-# of them is what makes an index stale (`memo.StoreMemo.index`).
+# of them is what moves entries of an index (`memo.StoreMemo`).
 INDEXED_KINDS = frozenset({kinds.GATEWAY, kinds.LISTENER_SET, *kinds.ROUTE_KINDS, kinds.SERVICE})
+_NONE: frozenset[ObjectKey] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
 class HierarchyIndex:
     """Raw references between hierarchy objects, by referent, for reverse lookups.
 
-    Built once per store state (`memo.StoreMemo` keeps it until a hierarchy object changes).
     Holds what objects *say* (parentRefs, backendRefs, class names), not whether they are
-    admitted: callers check admission on the few candidates. An overlaid view gets a thin
-    layer (`base` plus what its few objects add or remove), never a copy.
+    admitted: callers check admission on the few candidates. A store's index is moved one
+    object at a time as the store is written (`move`: O(that object's references), where
+    rebuilding it would read every route); an overlaid view gets a thin layer (`base` plus what
+    its few objects add or remove), never a copy. What `members` returns is read-only, and for a
+    store's own index it is the index's own set: read it before the store is written again.
     """
 
-    added: Mapping[Bucket, frozenset[ObjectKey]]
-    removed: Mapping[Bucket, frozenset[ObjectKey]] = field(default_factory=dict)
-    base: HierarchyIndex | None = None
+    __slots__ = ("_added", "_base", "_removed")
 
-    def members(self, table: Table, bucket: object) -> frozenset[ObjectKey]:
-        own = self.added.get((table, bucket), frozenset())
-        if self.base is None:
+    def __init__(
+        self,
+        added: dict[Bucket, set[ObjectKey]],
+        removed: Mapping[Bucket, Set[ObjectKey]] | None = None,
+        base: HierarchyIndex | None = None,
+    ) -> None:
+        self._added = added
+        self._removed = removed or {}
+        self._base = base
+
+    def members(self, table: Table, bucket: object) -> Set[ObjectKey]:
+        own = self._added.get((table, bucket), _NONE)
+        if self._base is None:
             return own
-        gone = self.removed.get((table, bucket), frozenset())
-        return (self.base.members(table, bucket) - gone) | own
+        gone = self._removed.get((table, bucket), _NONE)
+        return (self._base.members(table, bucket) - gone) | own
 
-    def gateways_of_class(self, name: str) -> frozenset[ObjectKey]:
+    def gateways_of_class(self, name: str) -> Set[ObjectKey]:
         return self.members("class", name)
 
-    def listener_sets_of(self, gateway: ObjectKey) -> frozenset[ObjectKey]:
+    def listener_sets_of(self, gateway: ObjectKey) -> Set[ObjectKey]:
         return self.members("listenerset", gateway)
 
-    def routes_of_parent(self, parent: ObjectKey) -> frozenset[ObjectKey]:
+    def routes_of_parent(self, parent: ObjectKey) -> Set[ObjectKey]:
         return self.members("parent", parent)
 
-    def routes_of_backend(self, service: ObjectKey) -> frozenset[ObjectKey]:
+    def routes_of_backend(self, service: ObjectKey) -> Set[ObjectKey]:
         return self.members("backend", service)
 
-    def in_namespace(self, namespace: str) -> frozenset[ObjectKey]:
+    def in_namespace(self, namespace: str) -> Set[ObjectKey]:
         return self.members("namespace", namespace)
+
+    def move(
+        self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+    ) -> None:
+        """Replace what one object says (`old`, as indexed) with what it says now (`new`).
+
+        Exact: an object only ever files itself, so its old entries are its own to take back.
+        Only for an index of its own (a store's), never for an overlay's layer.
+        """
+        assert self._base is None, "an overlay's layer is never moved"
+        buckets = self._added
+        for bucket, member in _edges(key, old) if old is not None else ():
+            found = buckets.get(bucket)
+            if found is not None:
+                found.discard(member)
+                if not found:
+                    del buckets[bucket]
+        for bucket, member in _edges(key, new) if new is not None else ():
+            buckets.setdefault(bucket, set()).add(member)
 
     def overlaid(
         self, changes: Mapping[ObjectKey, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]]
@@ -76,11 +105,7 @@ class HierarchyIndex:
                 removed.setdefault(bucket, set()).add(member)
             for bucket, member in _edges(key, new) if new is not None else ():
                 added.setdefault(bucket, set()).add(member)
-        return HierarchyIndex(
-            {b: frozenset(m) for b, m in added.items()},
-            {b: frozenset(m) for b, m in removed.items()},
-            self,
-        )
+        return HierarchyIndex(added, removed, self)
 
 
 def _edges(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Bucket, ObjectKey]]:
@@ -115,4 +140,5 @@ def build_index(view: ClusterView) -> HierarchyIndex:
             key = ObjectKey(gk.group, gk.kind, meta.namespace(obj), name)
             for bucket, member in _edges(key, obj):
                 buckets.setdefault(bucket, set()).add(member)
-    return HierarchyIndex({b: frozenset(m) for b, m in buckets.items()})
+    # Copied once built: a set grown one member at a time holds a table up to twice the size.
+    return HierarchyIndex({bucket: set(members) for bucket, members in buckets.items()})

@@ -7,34 +7,43 @@ policies there. Computed per object it is paid 10,000 times; kept here, once.
 
 One owner per view: a `Store` holds a `StoreMemo` (`store.memo`), an `OverlayView` an
 `OverlayMemo` (`overlay.memo`), made here on first use; any other view gets scratch memos that
-live as long as the call. Every part is checked against the store's revision counters each time
-it is asked for, and started over when an input may have changed — nothing is pushed by
-listeners, so no order of subscribers can let a reader see a memo of the state before a write.
+live as long as the call. Whenever a part is asked for, the memo first catches up on the writes
+the store made since it last looked (`Store.writes_since`), oldest first, each dropping what
+it may have changed — nothing is pushed by listeners, so no order of subscribers can let a
+reader see a memo of the state before a write. A write that changes nothing read (our own
+annotation patch, a status write) drops nothing; a route's write drops only what passes through
+that route, so that a route event costs the same beside 10 routes or 10,000:
 
-| part | holds | started over when |
-|---|---|---|
-| `index` | references between hierarchy objects, by referent (`hierarchy_index`) | a hierarchy object is written |
-| `structure` | contexts, printed paths, parentRef and backendRef readings, reach below rungs | a structural object is written |
-| `ladders` | per annotated object: its contexts grouped by the rungs holding policies, the kinds reaching it, its sections | `structure` starts over, or a policy moves (the store's `attachment_revision`) |
-| `engine` | policies attached per key and rung, stanza leaves, board results, and each board's JSON for the annotation (`summary`) | any write |
+| part | holds | a route written | any other write |
+|---|---|---|---|
+| `index` | references between hierarchy objects, by referent (`hierarchy_index`) | its entries moved | a hierarchy object's entries moved |
+| `structure` | contexts, a Service's contexts by route, printed paths, parentRef and backendRef readings, reach below rungs | its contexts and backendRefs, its part of its Services' contexts, every reach | started over, if structural |
+| `ladders` | per annotated object: its contexts grouped by the rungs holding policies, the kinds reaching it, its sections | its own and its Services' | started over, if structural |
+| `engine` | policies attached per key and rung, stanza leaves, board results, and each board's JSON for the annotation (`summary`) | kept: a route is no input of these | started over |
+| `hubs` | per busy Service, its contexts' paths by route, kind and signature (where policies attach, not their values), made and read in the layer above (`annotation.hubs`) | its piece of its Services' | started over, if structural |
 
-A part past its bound (`entry_limit`) starts over too: paid as recomputation, never as a wrong
-answer. Pure and synchronous, like the store: one thread.
+Besides, `ladders`, `engine` and `hubs` start over when a policy may have moved (the store's
+`attachment_revision`: also a relabelled object that a selector looks at); every part when the
+store no longer knows every write since the memo last looked. A part past its bound
+(`entry_limit`) starts over too: paid as recomputation, never as a wrong answer. Pure and
+synchronous, like the store: one thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from webhook.core.engine import hierarchy_index
+from webhook.core.engine.attachment import backend_refs
 from webhook.core.model import kinds
 from webhook.core.model.meta import labels_of
 from webhook.core.model.policy import Policy
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.state.overlay import OverlayView
-from webhook.core.state.store import ClusterView, Store, policy_targets
+from webhook.core.state.store import ClusterView, Store, Write, policy_targets
+from webhook.core.state.trim import relevant
 
 if TYPE_CHECKING:
     from webhook.core.engine.attachment import BackendRef
@@ -118,13 +127,25 @@ class Layered(Generic[K, V]):
 
 
 @dataclass(slots=True)
+class ServiceParts:
+    """A Service's contexts, by the route each passes through, and all of them in order.
+
+    Made and read by `hierarchy`; a route's write only marks its part `pending`, to be made
+    again (and put in place in `ordered`) when the Service's contexts are next asked for.
+    """
+
+    by_route: dict[ObjectKey, tuple[Context, ...]] = field(default_factory=dict)
+    ordered: tuple[Context, ...] = ()  # every part's, in `hierarchy.sort_contexts` order
+    pending: set[ObjectKey] | None = None  # routes whose part to make again (few Services')
+
+
+@dataclass(slots=True)
 class StructureMemo:
     """Contexts and what they are made of (see `hierarchy`): structure only."""
 
-    revision: int  # the store revision it was made at
     limit: int
-    checked: int = -1  # the store revision at which it was last found valid
     contexts: dict[ObjectKey, tuple[Context, ...]] = field(default_factory=dict)
+    services: dict[ObjectKey, ServiceParts] = field(default_factory=dict)  # busy Services'
     parents: ParentMemo = field(default_factory=dict)
     paths: dict[Context, tuple[str, ...]] = field(default_factory=dict)  # context → printed
     backends: dict[ObjectKey, list[BackendRef]] = field(default_factory=dict)  # route → refs
@@ -139,19 +160,33 @@ class StructureMemo:
         self.reach[memo_key] = found
         self.reached += len(found)
 
+    def forget_route(self, route: ObjectKey, services: set[ObjectKey]) -> None:
+        """What passes through a written route: its contexts and backendRefs, its part of its
+        Services' contexts (`services`: its backends before and after), and every reach (a
+        route's move changes what lies below each rung above it)."""
+        self.contexts.pop(route, None)
+        self.backends.pop(route, None)
+        for service in services:
+            self.contexts.pop(service, None)  # a Service behind few routes, made whole
+            parts = self.services.get(service)
+            if parts is not None:
+                if parts.pending is None:
+                    parts.pending = set()
+                parts.pending.add(route)
+        if self.reach:
+            self.reach.clear()
+            self.reached = 0
+
     def full(self) -> bool:
         held = len(self.contexts) + len(self.parents) + len(self.paths) + len(self.backends)
-        return held + self.reached > self.limit
+        return held + len(self.services) + self.reached > self.limit
 
 
 @dataclass(slots=True)
 class LadderMemo:
     """Per annotated object, what `effective` needs before reading any policy's values."""
 
-    revision: int
-    attachments: int  # the store's `attachment_revision` when it was made
     limit: int
-    checked: int = -1
     reached: dict[ObjectKey, Reached] = field(default_factory=dict)
     shared: dict[Any, Any] = field(default_factory=dict)  # equal parts of entries, kept once
 
@@ -163,7 +198,6 @@ class LadderMemo:
 class EngineMemo:
     """Per-state results of the precedence engine, and the annotation's JSON of its boards."""
 
-    revision: int
     limit: int
     attached: Table[ObjectKey, list[tuple[Policy, str | None]]] = field(default_factory=dict)
     by_rung: Table[Rung, dict[GroupKind, list[Policy]]] = field(default_factory=dict)
@@ -181,55 +215,120 @@ class EngineMemo:
         )
 
 
+class Hub(Protocol):
+    """What the layer above keeps of one hub object (`annotation.hubs`: a Service's value in
+    pieces, one per route): told which route's piece to make again."""
+
+    def forget(self, route: ObjectKey) -> None: ...
+
+
 class StoreMemo:
-    """Every memo of one store, each renewed when the store's revisions say it may be stale."""
+    """Every memo of one store, caught up on the store's writes whenever one is asked for."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._heard = store.revision  # every part reflects the store up to this revision
+        self._attachments = store.attachment_revision
         limit = entry_limit(store)
         self._index: HierarchyIndex | None = None
-        self._index_revision = -1
-        self._structure = StructureMemo(store.revision, limit)
-        self._ladders = LadderMemo(store.revision, store.attachment_revision, limit)
-        self._engine = EngineMemo(store.revision, limit)
+        self._structure = StructureMemo(limit)
+        self._ladders = LadderMemo(limit)
+        self._engine = EngineMemo(limit)
+        self._hubs: dict[ObjectKey, Hub] = {}
+        self._hubs_wanted: set[ObjectKey] = set()  # Services a route's write reached, no hub
 
     def index(self) -> HierarchyIndex:
-        store = self._store
-        changed = store.last_change(hierarchy_index.INDEXED_KINDS)
-        if self._index is None or changed > self._index_revision:
-            self._index = hierarchy_index.build_index(store)
-            self._index_revision = store.revision
+        self._catch_up()
+        if self._index is None:
+            self._index = hierarchy_index.build_index(self._store)
         return self._index
 
     def structure(self) -> StructureMemo:
-        store, memo = self._store, self._structure
-        if memo.checked == store.revision and not memo.full():
-            return memo  # no write since the last look: the common case, made cheap
-        if memo.revision < store.last_change(STRUCTURAL_KINDS) or memo.full():
-            memo = self._structure = StructureMemo(store.revision, entry_limit(store))
-        memo.checked = store.revision
-        return memo
+        self._catch_up()
+        if self._structure.full():
+            self._structure = StructureMemo(entry_limit(self._store))
+        return self._structure
 
     def ladders(self) -> LadderMemo:
-        store, memo = self._store, self._ladders
-        if memo.checked == store.revision and not memo.full():
-            return memo
-        if (
-            memo.revision < store.last_change(STRUCTURAL_KINDS)
-            or memo.attachments != store.attachment_revision
-            or memo.full()
-        ):
-            memo = self._ladders = LadderMemo(
-                store.revision, store.attachment_revision, entry_limit(store)
-            )
-        memo.checked = store.revision
-        return memo
+        self._catch_up()
+        if self._ladders.full():
+            self._ladders = LadderMemo(entry_limit(self._store))
+        return self._ladders
 
     def engine(self) -> EngineMemo:
-        store, memo = self._store, self._engine
-        if memo.revision != store.revision or memo.full():
-            memo = self._engine = EngineMemo(store.revision, entry_limit(store))
-        return memo
+        self._catch_up()
+        if self._engine.full():
+            self._engine = EngineMemo(entry_limit(self._store))
+        return self._engine
+
+    def hubs(self) -> dict[ObjectKey, Hub]:
+        self._catch_up()
+        return self._hubs
+
+    def hub_wanted(self, key: ObjectKey) -> bool:
+        self._catch_up()
+        return key in self._hubs_wanted
+
+    # --- catching up on the store's writes ------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        store = self._store
+        if self._heard == store.revision:
+            return  # no write since the last look: the common case, made cheap
+        writes = store.writes_since(self._heard)
+        if writes is None:  # too far behind to know what changed: everything starts over
+            self._index = None
+            self._start_over(structure=True)
+        else:
+            for write in writes:
+                self._hear(write)
+        if self._attachments != store.attachment_revision:  # a policy may have moved
+            self._attachments = store.attachment_revision
+            self._start_over(structure=False, ladders=True)
+        self._heard = store.revision
+
+    def _hear(self, write: Write) -> None:
+        key, old, new = write.key, write.old, write.new
+        if old is not None and new is not None and relevant(old) == relevant(new):
+            return  # nothing any part read has changed
+        gk = key.group_kind
+        if self._index is not None and gk in hierarchy_index.INDEXED_KINDS:
+            self._index.move(key, old, new)
+        if gk in kinds.ROUTE_KINDS:
+            self._route_written(key, old, new)
+        else:
+            structural = gk in STRUCTURAL_KINDS
+            self._start_over(structure=structural, ladders=structural)
+
+    def _route_written(
+        self, route: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+    ) -> None:
+        """Drop what passes through one route: its contexts reach its backends and nothing
+        else, and the engine part reads no route (its policies are found by key, and a
+        selector's change of mind moves `attachment_revision`)."""
+        services = {
+            ref.key for obj in (old, new) if obj is not None for ref in backend_refs(route, obj)
+        }
+        self._structure.forget_route(route, services)
+        reached = self._ladders.reached
+        reached.pop(route, None)
+        for service in services:
+            reached.pop(service, None)
+            hub = self._hubs.get(service)
+            if hub is not None:
+                hub.forget(route)
+            else:
+                self._hubs_wanted.add(service)
+
+    def _start_over(self, *, structure: bool, ladders: bool = True) -> None:
+        limit = entry_limit(self._store)
+        if structure:
+            self._structure = StructureMemo(limit)
+        if ladders:
+            self._ladders = LadderMemo(limit)
+            self._hubs = {}  # where policies attach, as the ladders: not their values
+            self._hubs_wanted = set()
+        self._engine = EngineMemo(limit)
 
 
 class OverlayMemo:
@@ -262,7 +361,7 @@ class OverlayMemo:
         overlay = self._overlay
         root = _root_store(overlay)
         if root is None:
-            return EngineMemo(-1, MIN_ENTRIES)
+            return EngineMemo(MIN_ENTRIES)
         if not _touches_engine(overlay):
             return engine_of(overlay.base)  # a route or Gateway as submitted: engine reads none
         if self._engine is None or self._engine_revision != root.revision or self._engine.full():
@@ -282,7 +381,7 @@ def index_of(view: ClusterView) -> HierarchyIndex:
 def structure_of(view: ClusterView) -> StructureMemo:
     """The contexts memo valid for `view` now; a scratch one where none can be shared (an
     overlay that replaces a hierarchy object), living as long as the call that asked."""
-    return _structure(view) or StructureMemo(-1, MIN_ENTRIES)
+    return _structure(view) or StructureMemo(MIN_ENTRIES)
 
 
 def shared_structure(view: ClusterView) -> StructureMemo | None:
@@ -296,10 +395,22 @@ def ladders_of(view: ClusterView) -> LadderMemo | None:
     return _store_memo(view).ladders() if isinstance(view, Store) else None
 
 
+def hubs_of(view: ClusterView) -> dict[ObjectKey, Hub] | None:
+    """The hub pieces kept for a store (`annotation.hubs`); None for any other view (an
+    overlay's objects may be any, and its reviews are few: computed whole)."""
+    return _store_memo(view).hubs() if isinstance(view, Store) else None
+
+
+def hub_wanted(view: ClusterView, key: ObjectKey) -> bool:
+    """Whether a route's write reached the Service `key` of a store since its hub (if any) was
+    dropped: pieces pay off where routes come and go; elsewhere the whole value is as cheap."""
+    return isinstance(view, Store) and _store_memo(view).hub_wanted(key)
+
+
 def engine_of(view: ClusterView) -> EngineMemo:
     """The engine memo valid for `view` now; a fresh one where none can be kept."""
     owner = _owner(view)
-    return owner.engine() if owner is not None else EngineMemo(-1, MIN_ENTRIES)
+    return owner.engine() if owner is not None else EngineMemo(MIN_ENTRIES)
 
 
 def _structure(view: ClusterView) -> StructureMemo | None:
@@ -361,7 +472,7 @@ def _layered_engine(overlay: OverlayView) -> EngineMemo:
     """
     overlaid = overlay.overlaid
     if any(key.group_kind in _ENGINE_INPUTS for key in overlaid):
-        return EngineMemo(-1, MIN_ENTRIES)
+        return EngineMemo(MIN_ENTRIES)
     base = engine_of(overlay.base)
     dirty: set[ObjectKey] = set()
     for key in overlaid:
@@ -372,7 +483,6 @@ def _layered_engine(overlay: OverlayView) -> EngineMemo:
             if policy is not None:
                 dirty.update(target for target, _ in policy_targets(policy, view))
     return EngineMemo(
-        -1,
         MIN_ENTRIES,
         attached=_layer(base.attached, lambda key: key not in dirty),
         by_rung=_layer(base.by_rung, lambda rung: rung.key not in dirty),

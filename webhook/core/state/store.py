@@ -7,8 +7,9 @@ its one implementation; what fills it differs — the manifest loader for cluste
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from webhook.core.model import kinds, meta
 from webhook.core.model.meta import labels_of
@@ -27,8 +28,23 @@ if TYPE_CHECKING:  # the engine's memo of this store's state: made and kept fres
 
 Slot = TypeVar("Slot")
 
+Obj = Mapping[str, Any]
 # Listener signature: (key, old object or None, new object or None).
-ChangeListener = Callable[[ObjectKey, Mapping[str, Any] | None, Mapping[str, Any] | None], None]
+ChangeListener = Callable[[ObjectKey, Obj | None, Obj | None], None]
+
+# Writes a store remembers (`Store.writes_since`): what the engine's memo of its state catches up
+# on, one object at a time, when it is next asked for something. A memo further behind than this
+# starts over, as every memo did on every write before: paid as recomputation, never wrong.
+WRITE_LOG = 1024
+
+
+class Write(NamedTuple):
+    """One write to a store: the object before (None: created) and after (None: deleted)."""
+
+    revision: int  # the store's revision this write made
+    key: ObjectKey
+    old: Mapping[str, Any] | None
+    new: Mapping[str, Any] | None
 
 
 class ClusterView(Protocol):
@@ -76,11 +92,13 @@ class Store:
         self._by_selector: dict[tuple[str, GroupKind], dict[ObjectKey, Policy]] = {}
         self._listeners: list[ChangeListener] = []
         self.revision = 0  # +1 per write
+        # The last writes, oldest first, as `Write` fields (made into one when read: most never
+        # are); kept only once a memo exists to read them (it starts from the revision then).
+        self._writes: deque[tuple[int, ObjectKey, Obj | None, Obj | None]] = deque(maxlen=WRITE_LOG)
         # +1 per write that may move a policy: one created, deleted or retargeted, or a CRD (a
         # kind's profile decides which policies count where). A policy's new values alone leave
         # it, so what the engine memo keeps about where policies attach outlives such an edit.
         self.attachment_revision = 0
-        self._changed_at: dict[GroupKind, int] = {}  # kind → revision of its last write
         # Work the engine shares between computations on this state (`engine/memo.py`): owned
         # here, made there on first use, checked against the revisions above on every use.
         self.memo: StoreMemo | None = None
@@ -136,11 +154,14 @@ class Store:
         self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
     ) -> None:
         self.revision += 1
-        self._changed_at[key.group_kind] = self.revision
-        if (key.namespace, key.group_kind) in self._by_selector and labels_of(old) != labels_of(
-            new
+        if self.memo is not None:
+            self._writes.append((self.revision, key, old, new))
+        if (key.namespace, key.group_kind) in self._by_selector and (
+            old is None or new is None or labels_of(old) != labels_of(new)
         ):
-            self.attachment_revision += 1  # a selector may now pick it, or drop it
+            # A selector may now pick it, or drop it — also one that picks objects without
+            # labels (`{}` matches every object, but only one that exists).
+            self.attachment_revision += 1
         if key.group_kind == kinds.CRD:
             self.attachment_revision += 1
             self._reindex_crd(key, new)
@@ -199,9 +220,21 @@ class Store:
     def keys(self, gk: GroupKind) -> Iterable[ObjectKey]:
         return self._by_kind.get(gk, {}).keys()
 
-    def last_change(self, gks: Iterable[GroupKind]) -> int:
-        """The revision of the last write to an object of one of `gks` (0: never)."""
-        return max((self._changed_at.get(gk, 0) for gk in gks), default=0)
+    def writes_since(self, revision: int) -> Sequence[Write] | None:
+        """The writes after `revision`, oldest first; None when they are no longer all known
+        (more than `WRITE_LOG` ago): whoever asks must then start over from the objects."""
+        if revision >= self.revision:
+            return ()
+        writes = self._writes
+        if not writes or writes[0][0] > revision + 1:
+            return None
+        found = []
+        for write in reversed(writes):  # the recent end: a memo asks after a write or a few
+            if write[0] <= revision:
+                break
+            found.append(Write._make(write))
+        found.reverse()
+        return found
 
     def all_kinds(self) -> Iterator[GroupKind]:
         return iter(self._by_kind)

@@ -25,6 +25,10 @@ _METADATA_FIELDS = (
     "deletionTimestamp",
     "labels",
 )
+# Written by the API server or by controllers, kept or not, never read by the engine or a rule's
+# view of the hierarchy: a change of only these is no change to anything computed from the object.
+_UNREAD_METADATA = frozenset({"annotations", "resourceVersion", "generation", "managedFields"})
+_UNREAD_TOP = frozenset({"status"})
 # A Service port is a section by `name` and is selected by `port` number (SPEC §2.2, §4.3).
 _SERVICE_PORT_FIELDS = ("name", "port", "protocol")
 # What discovery (plural, scope, served versions) and `profile_from_crd` read from a CRD.
@@ -110,3 +114,16 @@ def _spec_schema(version: Mapping[str, Any]) -> object:
     root = schema.get("openAPIV3Schema") if isinstance(schema, Mapping) else None
     props = root.get("properties") if isinstance(root, Mapping) else None
     return props.get("spec") if isinstance(props, Mapping) else None
+
+
+def relevant(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object without what no summary reads (two equal results: nothing to recompute).
+
+    Our own patches of the annotation, controllers' status writes and a relist come back as
+    writes; compared this way they change nothing (`annotation.dependencies`, `engine.memo`).
+    """
+    out = {k: v for k, v in obj.items() if k not in _UNREAD_TOP}
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping):
+        out["metadata"] = {k: v for k, v in metadata.items() if k not in _UNREAD_METADATA}
+    return out
