@@ -3,6 +3,8 @@
 Each line names one, with why it stays.
 """
 
+from kubernetes_asyncio.client import Configuration
+
 from webhook.core.admission import reviews
 from webhook.core.engine.memo import Layered
 from webhook.shell.cli import manifests
@@ -39,3 +41,5 @@ Readiness.conditions
 logs.logging.logThreads
 logs.logging.logProcesses
 logs.logging.logMultiprocessing
+# Read by kubernetes-asyncio's REST client on every request: a proxy's credentials (kubeapi).
+Configuration.proxy_headers

@@ -70,26 +70,33 @@ def run(*, scale: float = 0.1, seed: int = 1, rounds: int = 7) -> dict[str, floa
     def json_log_line(entry: Any) -> str:
         return json.dumps(entry, ensure_ascii=False, default=str, separators=(",", ":"))
 
-    # A decision line as the server logs it (`server._Handlers._describe`), one per review.
+    # A decision line as the server logs it (`decisions.log_fields`, SPEC 8.1), one per review.
     lines = [
         {
             "time": "2026-01-01T00:00:00.000+00:00",
             "level": "INFO",
-            "logger": "webhook.shell.https.server",
-            "msg": "admission allowed",
+            "logger": "webhook.decisions",
+            "msg": "admission warned",
             "uid": f"valid-route-{i}",
             "operation": "CREATE",
+            "dryRun": False,
             "kind": "RetryPolicy.policies.example.com",
             "namespace": "app-001",
             "name": f"retry-{i}",
-            "endpoint": "validate",
-            "verdict": "allowed",
+            "user": "system:serviceaccount:ci:deployer",
+            "groups": ["system:serviceaccounts", "system:authenticated"],
+            "verdict": "warned",
             "rules": ["PA-C01", "PA-C04"],
-            "latency_ms": 1.234,
-            "dry_run": False,
+            "causes": [
+                {"rule": "PA-C01", "field": "spec.targetRefs[0]",
+                 "message": "RetryPolicy app-001/retry-0 also targets HTTPRoute/app-001/r and wins"},
+                {"rule": "PA-C04", "field": "",
+                 "message": "changes maxRetries on 3 HTTPRoutes (app-001/route-000001 5→3, …)"},
+            ],
+            "latencyMs": 1.234,
         }
         for i in range(200)
-    ]
+    ]  # fmt: skip
 
     def sorted_dump(value: Any) -> bytes:  # what summary.dump was before orjson
         text = json.dumps(

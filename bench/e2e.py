@@ -33,7 +33,7 @@ cluster_lib = e2e_world.cluster_lib  # the end-to-end suite's control plane
 SETUPS = ("none", "noop", "ours")
 ADMISSION = "apiserver_admission_webhook_admission_duration_seconds"
 RECONCILE_COUNTERS = ("patches", "skips", "errors", "retries")
-DEFAULT_QPS = 20.0  # `--reconcile-qps`'s default: the fan-out is measured without the flag
+DEFAULT_QPS = 200.0  # `--reconcile-qps`'s default: the fan-out is measured without the flag
 
 
 @dataclass(frozen=True, slots=True)

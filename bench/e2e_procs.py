@@ -49,6 +49,7 @@ class Ours(webhook_harness.WebhookProcess):  # type: ignore[misc]  # untyped: te
             "--self-signed-dir", str(self.dir / "tls"),
             "--leader-election-namespace", "default",
             "--log-format", "json", "--drain-seconds", "2",
+            "--log-decisions", "all",  # every decision's latency, clean allows and /mutate too
             *self.args,
         ]  # fmt: skip
         env = {**snapshot.env(), "POD_NAME": self.name}
@@ -85,10 +86,10 @@ class Ours(webhook_harness.WebhookProcess):  # type: ignore[misc]  # untyped: te
             lines = handle.read().decode(errors="replace").splitlines()
         out = []
         for line in lines:
-            if line.startswith("{") and '"endpoint"' in line:
+            if line.startswith("{") and '"webhook.decisions"' in line:
                 with contextlib.suppress(ValueError):
                     record = json.loads(line)
-                    if "latency_ms" in record:
+                    if "latencyMs" in record:
                         out.append(record)
         return out
 

@@ -134,9 +134,13 @@ def test_webhooks_and_their_failure_policies(rendered: list[dict[str, Any]]) -> 
     assert found == FAILURE_POLICIES
 
 
-def test_every_webhook_is_side_effect_free_fast_and_v1(rendered: list[dict[str, Any]]) -> None:
+def test_every_webhook_is_side_effect_free_on_dry_runs_fast_and_v1(
+    rendered: list[dict[str, Any]],
+) -> None:
     for _, hook in webhooks(rendered):
-        assert hook["sideEffects"] == "None", hook["name"]
+        # The policy webhooks record Events (SPEC 8.2), never on a dry run; the others nothing.
+        side_effects = "NoneOnDryRun" if hook["name"] in POLICY_WEBHOOKS else "None"
+        assert hook["sideEffects"] == side_effects, hook["name"]
         assert hook["timeoutSeconds"] == TIMEOUTS[hook["name"]], hook["name"]
         assert hook["admissionReviewVersions"] == ["v1"], hook["name"]
 
@@ -213,7 +217,7 @@ def test_the_annotating_webhook_covers_what_the_reconciler_patches(
     assert all(rule["operations"] == ["CREATE", "UPDATE"] for rule in hook["rules"])
     # Its patch is idempotent: called again after another webhook's change, it answers anew.
     assert hook["reinvocationPolicy"] == "IfNeeded"
-    assert covered == _patchable(rendered) - {OWN_RULES}
+    assert covered == _patchable(rendered) - {OWN_RULES} - EVENTS
 
 
 def test_cert_manager_overlay_injects_the_ca_of_the_serving_certificate() -> None:
@@ -405,6 +409,7 @@ def _patchable(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
 
 OWN_RULES = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
 SELF_REVIEWS = ("authorization.k8s.io", ("selfsubjectrulesreviews", "selfsubjectaccessreviews"))
+EVENTS = {("events.k8s.io", "events"), ("", "events")}
 
 
 def test_cluster_role_reads_and_patches_only(base: list[dict[str, Any]]) -> None:
@@ -414,6 +419,8 @@ def test_cluster_role_reads_and_patches_only(base: list[dict[str, Any]]) -> None
         assert "*" not in rule["apiGroups"], rule
         if (rule["apiGroups"][0], tuple(rule["resources"])) == SELF_REVIEWS:
             assert rule["verbs"] == ["create"]  # asks what it may do; changes nothing
+        elif rule["resources"] == ["events"]:
+            assert rule["verbs"] == ["create", "patch"]  # writes its own Events, reads none
         else:
             assert set(rule["verbs"]) <= ALLOWED_CLUSTER_VERBS, rule
 
@@ -422,7 +429,9 @@ def test_cluster_role_patches_exactly_the_annotated_kinds_and_its_own_webhook_ru
     base: list[dict[str, Any]],
 ) -> None:
     own = OWN_RULES
-    assert _patchable(base) == {(GATEWAY_API, r) for r in ANNOTATED} | {("", "services"), own}
+    assert _patchable(base) == {(GATEWAY_API, r) for r in ANNOTATED} | {("", "services"), own} | (
+        EVENTS  # the series count of its own Events (SPEC 8.2)
+    )
     (rule,) = [
         r
         for r in only(base, "ClusterRole", "policy-webhook")["rules"]
@@ -676,3 +685,19 @@ def test_the_image_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert str(tmp_path / "venv") in where.stdout
+
+
+def test_events_are_created_and_patched_in_both_groups_and_nothing_more(
+    base: list[dict[str, Any]],
+) -> None:
+    rules = [
+        rule
+        for rule in only(base, "ClusterRole", "policy-webhook")["rules"]
+        if "events" in rule["resources"]
+    ]
+    granted = {
+        (g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
+        for v in rule["verbs"]
+    }  # fmt: skip
+    assert granted == {(g, r, v) for g, r in EVENTS for v in ("create", "patch")}
+    assert all(not rule.get("resourceNames") for rule in rules)  # Events get new names

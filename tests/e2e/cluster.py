@@ -130,7 +130,8 @@ class LocalCluster:
 
     `start()` brings both up and waits for /readyz; `stop()` ends them by PID and keeps the data
     dir, so a later `start()` or `restart_apiserver()` sees the same objects. `cleanup()` removes
-    the working directory (certs, data, logs).
+    the working directory (certs, data, logs). `apiserver_args` are added to kube-apiserver's
+    own (e.g. an audit policy and log, for a test that needs one; the session's cluster has none).
     """
 
     def __init__(
@@ -139,8 +140,10 @@ class LocalCluster:
         *,
         workdir: Path | None = None,
         kubectl_path: str | None = None,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         self.binaries = binaries
+        self.apiserver_args = tuple(apiserver_args)
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="policy-webhook-e2e-"))
         self.log_dir = self.workdir / "logs"
         self.kubeconfig = self.workdir / "admin.kubeconfig"
@@ -415,6 +418,7 @@ class LocalCluster:
             # No controller-manager creates the `default` ServiceAccount, so Pods would be refused.
             "--disable-admission-plugins=ServiceAccount",
             "--profiling=false",
+            *self.apiserver_args,
         ]
 
     def _start_apiserver(self) -> float:

@@ -286,6 +286,11 @@ ALLOWED = [
     ("get", "leases.coordination.k8s.io/policy-webhook", "-n", NAMESPACE),
     ("update", "leases.coordination.k8s.io/policy-webhook", "-n", NAMESPACE),
     ("create", "leases.coordination.k8s.io", "-n", NAMESPACE),
+    # Events of denied and warned policy writes (SPEC 8.2), in any namespace, in both APIs.
+    ("create", "events.events.k8s.io", "-n", "apps"),
+    ("patch", "events.events.k8s.io", "-n", "default"),
+    ("create", "events", "-n", "apps"),
+    ("patch", "events", "-n", "apps"),
 ]
 DENIED = [
     ("get", "secrets", "-n", NAMESPACE),
@@ -309,6 +314,10 @@ DENIED = [
     ("update", "leases.coordination.k8s.io/another-lease", "-n", NAMESPACE),
     ("delete", "leases.coordination.k8s.io/policy-webhook", "-n", NAMESPACE),
     ("list", "leases.coordination.k8s.io", "-n", NAMESPACE),
+    ("list", "events.events.k8s.io", "-A"),
+    ("get", "events", "-n", "apps"),
+    ("update", "events.events.k8s.io", "-n", "apps"),
+    ("delete", "events", "-n", "apps"),
 ]
 
 

@@ -10,6 +10,8 @@ import pytest
 import trustme
 
 from tests.fixtures.https import CLUSTER_YAML, RunningWebhook, load_yaml, write_pair
+from webhook.core.admission.decisions import DEFAULT_LOG_DECISIONS, Decision, LogDecisions
+from webhook.core.annotation.cache import SummaryCache
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.https import endpoints
@@ -57,6 +59,9 @@ def start_webhook(
         log_bodies: bool = False,
         tls: ReloadingTLS | None = None,
         metrics: Metrics | None = None,
+        log_decisions: LogDecisions = DEFAULT_LOG_DECISIONS,
+        record_event: Callable[[Decision], None] | None = None,
+        cache: SummaryCache | None = None,
         **serve_options: Any,
     ) -> RunningWebhook:
         if tls is None:
@@ -71,6 +76,9 @@ def start_webhook(
                 readiness=readiness,
                 metrics=chosen,
                 log_bodies=log_bodies,
+                log_decisions=log_decisions,
+                record_event=record_event,
+                cache=cache,
             )
 
         return RunningWebhook(app, tls, client_context, **serve_options)

@@ -116,6 +116,10 @@ def assert_well_formed(encoded: bytes, uid: str) -> dict[str, Any]:
         assert isinstance(line, str) and line.isprintable() and len(line) <= MAX_LINE, line
     audit = response.get("auditAnnotations", {})
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in audit.items())
+    assert set(audit) <= {"verdict", "rules", "causes", "audit-findings"}, audit
+    assert all(v.isprintable() and len(v) <= reviews.MAX_AUDIT_VALUE for v in audit.values())
+    if not response["allowed"]:
+        assert audit["verdict"] == "denied" and audit["causes"]
     if not response["allowed"]:
         status = response["status"]
         assert (status["code"], status["reason"]) == (422, "Invalid")

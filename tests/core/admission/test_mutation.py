@@ -15,6 +15,9 @@ from tests.fixtures.budget import examples
 from tests.fixtures.engine import CLUSTER, CRDS, docs, store_of
 from webhook.core.admission import mutation
 from webhook.core.admission.reviews import Request
+from webhook.core.annotation import summary
+from webhook.core.annotation.cache import SummaryCache
+from webhook.core.model.refs import ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 
@@ -268,3 +271,129 @@ def test_the_patch_leaves_every_other_field_byte_identical(
     assert all(op["path"].startswith("/metadata/annotations") for op in ops)
     again = mutation.mutate(request(result, operation="UPDATE"), view=STORE, settings=SETTINGS)
     assert again == []  # applying our own patch makes it a fixed point
+
+
+# --- the cache's answer when nothing a summary reads has changed --------------------------------
+
+
+def stored_service(**spec: Any) -> dict[str, Any]:
+    (svc,) = docs(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: foo, namespace: apps}\n"
+        "spec: {ports: [{name: http, port: 80}, {name: https, port: 443}]}"
+    )
+    svc["spec"].update(spec)
+    return svc
+
+
+def test_an_update_that_changes_only_annotations_is_answered_from_the_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = cluster()
+    store.upsert(incoming_route())
+    cache = SummaryCache(store, SETTINGS)
+    right = cache.get(ObjectKey("gateway.networking.k8s.io", "HTTPRoute", "apps", "r"))
+    echo = incoming_route(annotations={KEY: "an older value", "team": "x"}, resourceVersion="9")
+
+    def no_second_computation(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("computed on an overlay although nothing it reads changed")
+
+    monkeypatch.setattr(summary, "summarize", no_second_computation)
+    ops = mutation.mutate(
+        request(echo, operation="UPDATE"), view=store, settings=SETTINGS, cache=cache
+    )
+    assert applied(echo, ops)["metadata"]["annotations"] == {KEY: right, "team": "x"}
+    assert cache.hits == 1
+
+
+def test_an_update_that_moves_a_route_is_computed_even_with_a_cache() -> None:
+    store = cluster()
+    store.upsert(incoming_route(parent="gw"))
+    cache = SummaryCache(store, SETTINGS)
+    moved = incoming_route(parent="gw2")
+    ops = mutation.mutate(
+        request(moved, operation="UPDATE"), view=store, settings=SETTINGS, cache=cache
+    )
+    assert colours(applied(moved, ops)["metadata"]["annotations"][KEY]) == ["blue"]
+    assert cache.hits == cache.misses == 0, "the cache (of the stored route) was not asked"
+
+
+def test_a_service_whose_selector_changes_is_answered_from_the_cache() -> None:
+    """A Service is stored trimmed to its ports (trim.py): its selector is read by no summary."""
+    store = cluster()
+    cache = SummaryCache(store, SETTINGS)
+    svc = stored_service(selector={"app": "web"}, clusterIP="10.0.0.1")
+    assert mutation.unchanged_for_summaries(ObjectKey("", "Service", "apps", "foo"), svc, store)
+    with_cache = mutation.mutate(
+        request(svc, operation="UPDATE", kind=("", "Service")),
+        view=store,
+        settings=SETTINGS,
+        cache=cache,
+    )
+    without = mutation.mutate(
+        request(svc, operation="UPDATE", kind=("", "Service")), view=store, settings=SETTINGS
+    )
+    assert with_cache == without != []
+    assert cache.misses == 1
+
+
+STORED_ROUTE = incoming_route(parent="gw", labels={"app": "web"}, resourceVersion="5")
+
+
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    read_changes=st.booleans(),
+    parent=st.sampled_from(["gw", "gw2", "nowhere"]),
+    annotations=ANNOTATIONS,
+    labels=st.sampled_from([{"app": "web"}, {"app": "api"}, {}]),
+    version=st.sampled_from(["5", "6"]),
+    status=st.none() | st.dictionaries(st.sampled_from(["parents", "x"]), JSON_VALUES, max_size=2),
+    extra=st.none() | st.dictionaries(st.text(min_size=1, max_size=6), JSON_VALUES, max_size=2),
+    ports=st.sampled_from([[{"name": "http", "port": 80}], [{"name": "web", "port": 8080}]]),
+    selector=st.none() | st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
+    kind=st.sampled_from(["HTTPRoute", "Service"]),
+)
+def test_with_or_without_the_cache_the_patch_is_the_same(
+    read_changes: bool,
+    parent: str,
+    annotations: Any,
+    labels: dict[str, str],
+    version: str,
+    status: Any,
+    extra: Any,
+    ports: Any,
+    selector: Any,
+    kind: str,
+) -> None:
+    """The shortcut's oracle is the computation it replaces: byte for byte the same patch.
+
+    Half the examples change only what no summary reads (the shortcut's case), half may also
+    change what a summary reads (parentRefs, labels, the spec, a Service's ports).
+    """
+    store = cluster()
+    store.upsert(copy.deepcopy(STORED_ROUTE))
+    cache = SummaryCache(store, SETTINGS)
+    if kind == "HTTPRoute":
+        if not read_changes:
+            parent, labels, extra = "gw", {"app": "web"}, None
+        obj = incoming_route(parent=parent, labels=labels, resourceVersion=version)
+        if extra is not None:
+            obj["spec"]["extra"] = extra
+        gk = ("gateway.networking.k8s.io", "HTTPRoute")
+    else:
+        obj = stored_service()
+        if read_changes:
+            obj["spec"]["ports"] = ports
+        if selector is not None:
+            obj["spec"]["selector"] = selector
+        gk = ("", "Service")
+    if annotations is not None:
+        obj["metadata"]["annotations"] = annotations
+    if status is not None:
+        obj["status"] = status
+    req = request(obj, operation="UPDATE", kind=gk)
+    for _ in range(2):  # the second time from a filled cache
+        with_cache = mutation.mutate(req, view=store, settings=SETTINGS, cache=cache)
+        without = mutation.mutate(req, view=store, settings=SETTINGS)
+        assert json.dumps(with_cache).encode() == json.dumps(without).encode()
+    if not read_changes:
+        assert cache.hits == 1 and cache.misses == 1, "the shortcut was taken"

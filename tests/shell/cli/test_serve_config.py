@@ -39,3 +39,28 @@ def test_the_config_is_built_from_the_parsed_flags_and_cannot_change() -> None:
 
 def test_without_manifests_the_state_comes_from_the_cluster() -> None:
     assert serve_config_from(build_parser().parse_args(["serve"])).manifests == ()
+
+
+@pytest.mark.parametrize(
+    ("argv", "events"),
+    [([], True), (["--events=false"], False), (["--events", "off"], False), (["--events"], True)],
+)
+def test_events_are_on_unless_turned_off(argv: list[str], events: bool) -> None:
+    assert serve_config_from(build_parser().parse_args(["serve", *argv])).events is events
+
+
+def test_events_and_decision_log_read_their_environment_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POLICY_WEBHOOK_EVENTS", "false")
+    monkeypatch.setenv("POLICY_WEBHOOK_LOG_DECISIONS", "denied")
+    config = serve_config_from(build_parser().parse_args(["serve"]))
+    assert (config.events, config.log_decisions) == (False, "denied")
+
+
+def test_decision_log_default_and_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    assert serve_config_from(build_parser().parse_args(["serve"])).log_decisions == "warned"
+    for bad in (["--log-decisions", "everything"], ["--events=maybe"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", *bad])
+    assert "invalid" in capsys.readouterr().err

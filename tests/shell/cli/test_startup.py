@@ -46,7 +46,15 @@ def loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["version"], ["--version"], ["check", "--help"], ["explain", "--help"], ["rules"]],
+    [
+        ["--help"],
+        ["version"],
+        ["--version"],
+        ["check", "--help"],
+        ["explain", "--help"],
+        ["report", "--help"],
+        ["rules"],
+    ],
 )
 def test_help_and_version_import_neither_server_nor_engine(args: list[str]) -> None:
     modules = imported_by(*args)
@@ -61,8 +69,9 @@ def test_help_and_version_import_neither_server_nor_engine(args: list[str]) -> N
         ["check", str(EXAMPLES / "cluster")],
         ["check", "-o", "sarif", str(EXAMPLES / "cluster")],
         ["explain", "HTTPRoute/storefront", "-n", "apps", "--manifests", str(EXAMPLES / "cluster")],
+        ["report", "-A", "--manifests", str(EXAMPLES / "cluster")],
     ],
-    ids=["check", "check-sarif", "explain-manifests"],
+    ids=["check", "check-sarif", "explain-manifests", "report-manifests"],
 )
 def test_offline_commands_never_import_the_server_or_the_api_client(args: list[str]) -> None:
     assert loaded(imported_by(*args), SERVER_AND_CLIENT) == []

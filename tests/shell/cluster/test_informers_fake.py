@@ -67,6 +67,7 @@ class FakeApiServer:
     watches: list[list[Any] | int] = field(default_factory=list)
     crds: list[dict[str, Any]] = field(default_factory=list)
     missing: frozenset[str] = frozenset()  # collection paths that answer 404
+    refused: set[str] = field(default_factory=set)  # collection paths that answer 403
     requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     _pages: list[tuple[list[dict[str, Any]], str] | int] = field(default_factory=list)
 
@@ -78,6 +79,8 @@ class FakeApiServer:
         self.requests.append((request.path, query))
         if request.path in self.missing:
             return _status(404)
+        if request.path in self.refused:
+            return _status(403)
         if request.path != NAMESPACES:
             if query.get("watch") == "true":
                 return await self._idle(request)
@@ -315,6 +318,28 @@ def test_a_policy_kind_whose_crd_is_not_served_yet_does_not_block_the_first_sync
         assert tint in source.watched()
         assert store.count(tint) == 0
         await until(lambda: len(fake.queries("/apis/example.com/v1/tints", watch=False)) >= 2)
+
+    run_with_source(fake, scenario)
+
+
+def test_a_kind_refused_403_is_named_until_a_list_of_it_succeeds() -> None:
+    """What the audit's PA-K03 reads: RBAC refusing a policy kind, and granting it later."""
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "tints.example.com", "labels": {"gateway.networking.k8s.io/policy": "direct"}},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"kind": "Tint", "plural": "tints"},
+                 "versions": [{"name": "v1", "served": True, "storage": True}]},
+    }  # fmt: skip
+    tints = "/apis/example.com/v1/tints"
+    fake = FakeApiServer(lists=[[([], "10")]], crds=[crd], refused={tints})
+
+    async def scenario(source: ClusterSource, store: Store, metrics: Metrics) -> None:
+        tint = GroupKind("example.com", "Tint")
+        assert set(source.forbidden()) == {tint}  # the first sync went on without it
+        fake.refused.clear()  # a ClusterRole granted it
+        await until(lambda: not source.forbidden())
 
     run_with_source(fake, scenario)
 

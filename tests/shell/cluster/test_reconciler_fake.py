@@ -102,10 +102,15 @@ class FakeApiServer:
     script: list[int] = field(default_factory=list)
     always: int | None = None
     patches: list[tuple[str, dict[str, str], str, dict[str, Any]]] = field(default_factory=list)
+    # Called with each PATCH's path and body before it is answered (a watch event that
+    # overtakes the response, a slow server).
+    before_answer: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
         body = json.loads(await request.read())
         self.patches.append((request.path, dict(request.query), request.content_type, body))
+        if self.before_answer is not None:
+            await self.before_answer(request.path, body)
         status = self.always or (self.script.pop(0) if self.script else 200)
         if status >= 300:
             return web.json_response(
@@ -544,3 +549,250 @@ def test_leadership_lost_and_won_again_at_once_keeps_working() -> None:
         await until(lambda: len(fake.patches) == 3)
 
     run(fake, scenario)
+
+
+# --- the echo that overtakes the answer ------------------------------------------------------------
+
+
+def test_the_echo_of_a_patch_arriving_before_its_answer_is_not_queued_again() -> None:
+    """`_sent` is written before the request: the watch may bring our patch back before the
+    API server's answer does, and that event must be known as ours (no second pass)."""
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+    objects = {"/gateways/gw": (GW, gateway), "/httproutes/r": (ROUTE, route)}
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        async def echo_first(path: str, body: dict[str, Any]) -> None:
+            for suffix, (key, make) in objects.items():
+                if path.endswith(suffix):
+                    obj = make("2")
+                    obj["metadata"]["annotations"] = body["metadata"]["annotations"]
+                    store.upsert(obj)  # the watch event, while the PATCH is unanswered
+                    assert key not in reconciler.queue._dirty, "our own echo, queued again"
+
+        fake.before_answer = echo_first
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        assert await reconciler.wait_idle(5)
+        assert reconciler.patches == 3 and reconciler.skips == 0
+
+    run(fake, scenario, store)
+
+
+def test_a_patch_that_failed_is_not_taken_for_sent() -> None:
+    """Written before the request, `_sent` is taken back when the patch does not go through:
+    otherwise the retry would find the value 'already sent' and skip it."""
+    fake = FakeApiServer(script=[500])
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: reconciler.patches == 1)
+        assert await reconciler.wait_idle(5)
+        assert [body["metadata"]["resourceVersion"] for *_, body in fake.patches] == ["1", "1"]
+        assert reconciler.errors == 1
+
+    run(fake, scenario, gateway_only())
+
+
+# --- hot keys ------------------------------------------------------------------------------------
+
+
+def counting_computations(reconciler: Reconciler) -> dict[ObjectKey, int]:
+    computed: dict[ObjectKey, int] = {}
+    compute = reconciler.cache._computed
+    refresh = reconciler.cache._refreshed
+
+    def counted_compute(key: ObjectKey) -> Any:
+        computed[key] = computed.get(key, 0) + 1
+        return compute(key)
+
+    def counted_refresh(key: ObjectKey, entry: Any) -> Any:
+        computed[key] = computed.get(key, 0) + 1
+        return refresh(key, entry)
+
+    reconciler.cache._computed = counted_compute  # type: ignore[method-assign]
+    reconciler.cache._refreshed = counted_refresh  # type: ignore[method-assign]
+    return computed
+
+
+async def edits_in_a_row(store: Store, count: int, every: float) -> None:
+    for n in range(count):
+        store.upsert(color(f"shade-{n}"))
+        await asyncio.sleep(every)  # time for the workers to pick each one up
+
+
+def test_a_costly_key_changed_again_and_again_is_computed_once_per_window_and_ends_right() -> None:
+    """Every computation counts as costly here (`hot_after=0`): six policy edits within the
+    window (each reaching the Gateway, the route and the Service) make one computation and one
+    patch per object at the window's end, with the last edit's value."""
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)  # the first pass: each object computed once
+        computed = counting_computations(reconciler)
+        started = time.monotonic()
+        await edits_in_a_row(store, 6, every=0.03)
+        assert computed == {}, "held: nothing computed within the window"
+        assert await reconciler.wait_idle(5)
+        assert time.monotonic() - started >= 0.3
+        assert computed == {GW: 1, ROUTE: 1, SVC: 1}
+        assert len(fake.patches) == 6
+        for *_, body in fake.patches[3:]:
+            (value,) = body["metadata"]["annotations"].values()
+            assert "shade-5" in value and "shade-4" not in value
+        assert reconciler.holds >= 6
+
+    run(fake, scenario, store, hot_after=0.0, hold_min=0.5, hold_factor=0.0)
+
+
+def test_cheap_keys_are_not_held() -> None:
+    """The control for the test above: the same edits, nothing costly, one pass per edit."""
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        computed = counting_computations(reconciler)
+        await edits_in_a_row(store, 6, every=0.03)
+        assert await reconciler.wait_idle(5)
+        assert computed[SVC] >= 4 and len(fake.patches) >= 3 + 12
+        assert reconciler.holds == 0
+
+    run(fake, scenario, store, hot_after=10.0)
+
+
+def test_a_held_key_that_is_deleted_meanwhile_is_not_patched() -> None:
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        store.upsert(color("blue"))
+        store.delete(SVC)
+        assert await reconciler.wait_idle(5)
+        assert not any(path.endswith("/services/foo") for path in fake.paths()[3:])
+
+    run(fake, scenario, store, hot_after=0.0, hold_min=0.2, hold_factor=0.0)
+
+
+# --- the loop is shared with admission ------------------------------------------------------------
+
+
+def test_computations_never_run_back_to_back_without_a_pass_of_the_loop() -> None:
+    """Four workers, each with a costly value to compute: between two computations the loop
+    runs other tasks (admission), so none of them waits behind more than one computation."""
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+    cost = 0.05
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        compute = reconciler.cache._computed
+
+        def costly(key: ObjectKey) -> Any:
+            time.sleep(cost)  # a hub's summary, synchronous as the core is
+            return compute(key)
+
+        reconciler.cache._computed = costly  # type: ignore[method-assign]
+        gaps: list[float] = []
+
+        async def admission_like() -> None:
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        probe = asyncio.create_task(admission_like())
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        probe.cancel()
+        assert max(gaps) < 1.8 * cost, f"the loop was held {max(gaps):.3f} s at once"
+
+    run(fake, scenario, store, workers=4)
+
+
+# --- the adaptive rate ---------------------------------------------------------------------------
+
+
+def test_a_429_lowers_the_rate_and_the_patch_is_retried() -> None:
+    fake = FakeApiServer(script=[429])
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: reconciler.patches == 1)
+        assert reconciler.pacing.rate == reconciler.limiter.rate
+        assert 50.0 <= reconciler.limiter.rate < 100.0, "halved, then a little back"
+        gauge = reconciler.metrics.registry.get_sample_value("policy_webhook_reconcile_rate")
+        assert gauge == reconciler.limiter.rate
+
+    run(fake, scenario, gateway_only(), qps=100.0)
+
+
+def test_many_patches_are_in_flight_at_once_with_many_workers() -> None:
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+    in_flight = [0, 0]  # now, most
+
+    async def slow(path: str, body: dict[str, Any]) -> None:
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight)
+        await asyncio.sleep(0.2)
+        in_flight[0] -= 1
+
+    fake.before_answer = slow
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        assert await reconciler.wait_idle(5)
+        assert in_flight[1] == 3, "the three objects' patches went together"
+
+    run(fake, scenario, store, workers=8)
+
+
+def test_with_no_turn_at_all_every_computation_waits_for_the_loop_and_still_ends() -> None:
+    fake = FakeApiServer()
+    store = base_store()
+    store.upsert(color("red"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        assert await reconciler.wait_idle(5)
+
+    run(fake, scenario, store, turn=0.0)
+
+
+def test_adds_of_a_held_key_coalesce_into_one_run_at_the_window_end() -> None:
+    async def main() -> None:
+        queue = WorkQueue()
+        loop = asyncio.get_running_loop()
+        queue.hold(SVC, 0.2)
+        started = loop.time()
+        for _ in range(5):
+            queue.add(SVC)
+            await asyncio.sleep(0.01)
+        queue.add(ROUTE)  # not held: at once
+        assert len(queue) == 1 and not queue.idle
+        async with asyncio.timeout(1):
+            assert await queue.get() == ROUTE
+            queue.done(ROUTE)
+            assert await queue.get() == SVC
+        assert loop.time() - started >= 0.19
+        queue.done(SVC)
+        assert queue.idle
+        queue.add(SVC)  # the window is over: at once
+        assert len(queue) == 1
+
+    asyncio.run(main())

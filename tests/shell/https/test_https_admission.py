@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import gc
 import http.client
 import json
@@ -15,6 +16,7 @@ import pytest
 from tests.fixtures.https import RunningWebhook, policy, review_of
 from webhook.core.admission import mutation, reviews
 from webhook.core.admission import validation as admission
+from webhook.core.annotation.cache import SummaryCache
 from webhook.core.model.refs import ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import ClusterView, Store
@@ -58,16 +60,6 @@ spec:
 
 def obj(text: str) -> dict[str, Any]:
     return policy(text)
-
-
-def decision_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    """The server's decision log lines, formatted as they are in production."""
-    formatter = JsonFormatter()
-    return [
-        json.loads(formatter.format(r))
-        for r in caplog.records
-        if r.name == endpoints.__name__ and r.getMessage().startswith("admission")
-    ]
 
 
 # --- /validate ---------------------------------------------------------------------------------
@@ -178,11 +170,30 @@ def test_mutate_answers_allowed_with_at_most_a_json_patch(
         assert isinstance(json.loads(base64.b64decode(response["patch"])), list)
 
 
+def test_mutate_answers_our_own_echo_from_the_cache_with_the_same_patch(
+    start_webhook: Callable[..., RunningWebhook], webhook: RunningWebhook, cluster: Store
+) -> None:
+    """An UPDATE that changes only annotations (the reconciler's patch coming back) is
+    answered from the summary cache: the same patch as computing it, no second computation."""
+    stored = cluster.get(ObjectKey("gateway.networking.k8s.io", "HTTPRoute", "apps", "r")) or {}
+    echo = copy.deepcopy(dict(stored))
+    echo["metadata"]["annotations"] = {Settings().annotation_key: "an older value"}
+    cache = SummaryCache(cluster, Settings())
+
+    def patch_from(hook: RunningWebhook) -> Any:
+        response = hook.post_review("/mutate", review_of(echo, operation="UPDATE", old=echo))
+        return json.loads(base64.b64decode(response.json()["response"]["patch"]))
+
+    with start_webhook(cache=cache) as cached:
+        assert patch_from(cached) == patch_from(cached) == patch_from(webhook)
+    assert (cache.misses, cache.hits) == (1, 1)
+
+
 def test_mutate_sends_the_cores_operations_base64_encoded(
     webhook: RunningWebhook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ops = [{"op": "add", "path": "/metadata/annotations/x", "value": "y"}]
-    monkeypatch.setattr(mutation, "mutate", lambda request, *, view, settings: ops)
+    monkeypatch.setattr(mutation, "mutate", lambda request, *, view, settings, cache: ops)
     response = webhook.post_review("/mutate", review_of(obj(RETRY_ON_ROUTE))).json()["response"]
     assert response["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(response["patch"])) == ops
@@ -295,37 +306,3 @@ def test_an_exception_in_the_core_is_http_500_and_logged_with_the_uid(
     assert line["uid"] == "uid-of-the-failing-call"
     assert line["verdict"] == "error"
     assert "a bug of ours" in line["exc_info"]
-
-
-# --- the decision log --------------------------------------------------------------------------
-
-
-def test_each_decision_is_one_json_log_line_without_the_body(
-    webhook: RunningWebhook, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO)
-    review = review_of(obj(BROKEN_TARGETS), uid="uid-denied", dry_run=True)
-    webhook.post_review("/validate", review)
-    (line,) = [entry for entry in decision_lines(caplog) if entry.get("uid") == "uid-denied"]
-    assert line["level"] == "INFO"
-    assert line["operation"] == "CREATE"
-    assert line["kind"] == "RetryPolicy.policies.example.com"
-    assert (line["namespace"], line["name"]) == ("apps", "broken")
-    assert line["endpoint"] == "validate"
-    assert line["verdict"] == "denied"
-    assert "PA-S01" in line["rules"]
-    assert isinstance(line["latency_ms"], float)
-    assert line["dry_run"] is True
-    assert "review" not in line
-    assert "maxRetries" not in json.dumps(line)
-
-
-def test_bodies_are_logged_only_when_asked(
-    start_webhook: Callable[..., RunningWebhook], caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO)
-    with start_webhook(log_bodies=True) as hook:
-        hook.post_review("/validate", review_of(obj(RETRY_ON_ROUTE), uid="uid-logged"))
-    (line,) = [entry for entry in decision_lines(caplog) if entry.get("uid") == "uid-logged"]
-    assert line["review"]["object"]["spec"]["default"] == {"maxRetries": 3}
-    assert line["response"]["allowed"] is True

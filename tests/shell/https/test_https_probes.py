@@ -69,8 +69,10 @@ def test_metrics_count_requests_by_endpoint_and_verdict_and_findings_by_rule(
         return samples.get((name, tuple(sorted(labels.items()))))
 
     requests = "policy_webhook_admission_requests_total"
-    assert value(requests, endpoint="validate", verdict="denied") == 1
-    assert value(requests, endpoint="validate", verdict="malformed") == 1
+    denied = {"operation": "CREATE", "dry_run": "false", "kind": "RetryPolicy.policies.example.com"}
+    assert value(requests, endpoint="validate", verdict="denied", **denied) == 1
+    unread = {"operation": "", "dry_run": "", "kind": ""}  # not a review: nothing to label by
+    assert value(requests, endpoint="validate", verdict="malformed", **unread) == 1
     assert value("policy_webhook_rule_findings_total", rule="PA-S01", action="deny") == 1
     latency = "policy_webhook_admission_duration_seconds"
     assert value(f"{latency}_count", endpoint="validate") == 2

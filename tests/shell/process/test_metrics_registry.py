@@ -20,8 +20,9 @@ def test_two_instances_do_not_share_counts() -> None:
     first.observe_admission(endpoint="validate", verdict="allowed", seconds=0.0002)
     key = (
         "policy_webhook_admission_requests_total",
-        (("endpoint", "validate"), ("verdict", "allowed")),
-    )
+        (("dry_run", ""), ("endpoint", "validate"), ("kind", ""), ("operation", ""),
+         ("verdict", "allowed")),
+    )  # fmt: skip
     assert samples(first)[key] == 1
     assert key not in samples(second)
 
@@ -67,14 +68,21 @@ def test_every_metric_name_has_the_project_prefix_but_the_standard_collectors() 
 
 def test_repeated_answers_add_up_on_one_series_per_label_set() -> None:
     metrics = Metrics()
-    for verdict in ("allowed", "denied", "allowed"):
+    for verdict, dry_run in (("warned", False), ("denied", True), ("warned", False)):
         metrics.observe_admission(
-            endpoint="validate", verdict=verdict, seconds=0.001, findings=[("PA-C04", "warn")]
-        )
+            endpoint="validate", verdict=verdict, seconds=0.001, findings=[("PA-C04", "warn")],
+            operation="CREATE", dry_run=dry_run, kind="RetryPolicy.policies.example.com",
+        )  # fmt: skip
     got = samples(metrics)
     requests = "policy_webhook_admission_requests_total"
-    assert got[(requests, (("endpoint", "validate"), ("verdict", "allowed")))] == 2
-    assert got[(requests, (("endpoint", "validate"), ("verdict", "denied")))] == 1
+
+    def labels(verdict: str, dry_run: str) -> tuple[tuple[str, str], ...]:
+        return (("dry_run", dry_run), ("endpoint", "validate"),
+                ("kind", "RetryPolicy.policies.example.com"), ("operation", "CREATE"),
+                ("verdict", verdict))  # fmt: skip
+
+    assert got[(requests, labels("warned", "false"))] == 2
+    assert got[(requests, labels("denied", "true"))] == 1
     findings = "policy_webhook_rule_findings_total"
     assert got[(findings, (("action", "warn"), ("rule", "PA-C04")))] == 3
     count = "policy_webhook_admission_duration_seconds_count"

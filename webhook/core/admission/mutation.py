@@ -3,6 +3,9 @@
 The summary is computed on the cluster as it will be once this request lands: the incoming
 object (its parentRefs, listeners, backendRefs as submitted) overlaid on the view. The patch
 adds, replaces or removes one key under `metadata.annotations` and never touches anything else.
+When the incoming object differs from the stored one only where no summary reads (the
+reconciler's own patch coming back, a label or status write), that cluster *is* the view, and
+the value is the cache's: the same string, without a second computation.
 Decision (docs/decisions.md): a CREATE with `generateName` and no name yet gets no patch;
 nothing can target an object without a name, and the reconciler annotates it once it exists.
 """
@@ -13,19 +16,30 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.admission.reviews import Request
-from webhook.core.annotation import summary
+from webhook.core.annotation import dependencies, summary
+from webhook.core.annotation.cache import SummaryCache
 from webhook.core.model import kinds, pointer
 from webhook.core.model.refs import GroupKind, ObjectKey, group_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import ClusterView
+from webhook.core.state.trim import trim
 
 MAX_NAME = 253  # a DNS subdomain: the longest name of any object we annotate
 MAX_NAMESPACE = 63  # a DNS label
 
 
-def mutate(request: Request, *, view: ClusterView, settings: Settings) -> list[dict[str, Any]]:
-    """JSON Patch (RFC 6902) operations that bring our annotation up to date; [] when it is."""
+def mutate(
+    request: Request,
+    *,
+    view: ClusterView,
+    settings: Settings,
+    cache: SummaryCache | None = None,
+) -> list[dict[str, Any]]:
+    """JSON Patch (RFC 6902) operations that bring our annotation up to date; [] when it is.
+
+    `cache` holds the summaries of `view` (a cache of that very store), if there is one.
+    """
     if request["operation"] not in ("CREATE", "UPDATE") or request.get("subResource"):
         return []
     gk = GroupKind(request["kind"].get("group", ""), request["kind"]["kind"])
@@ -38,8 +52,23 @@ def mutate(request: Request, *, view: ClusterView, settings: Settings) -> list[d
     incoming, key = _with_identity(obj, metadata, gk, request)
     if key is None:
         return []
-    value = summary.summarize(key, OverlayView(view, upserts=[incoming]), settings)
+    if cache is not None and unchanged_for_summaries(key, incoming, view):
+        value = cache.get(key)  # the overlay would be the view itself: same value (SPEC §5.8)
+    else:
+        value = summary.summarize(key, OverlayView(view, upserts=[incoming]), settings)
     return patch_for(metadata.get("annotations"), settings.annotation_key, value)
+
+
+def unchanged_for_summaries(key: ObjectKey, incoming: Mapping[str, Any], view: ClusterView) -> bool:
+    """Whether `view` holds `key` as `incoming` in everything a summary reads.
+
+    Both trimmed as the informers trim what they store (the store may hold either form),
+    then compared without what no summary reads (`dependencies.relevant`).
+    """
+    stored = view.get(key)
+    if stored is None:
+        return False
+    return dependencies.relevant(trim(incoming)) == dependencies.relevant(trim(stored))
 
 
 def patch_for(annotations: object, annotation_key: str, value: str | None) -> list[dict[str, Any]]:

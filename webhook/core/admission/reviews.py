@@ -15,12 +15,25 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from webhook.core.rules.findings import MAX_LINE, Verdict, one_line
-from webhook.core.rules.ruletable import RULES_BY_ID
+from webhook.core.rules.findings import MAX_LINE, Finding, Verdict, one_line
+from webhook.core.rules.ruletable import PREVIEW_RULES, RULES_BY_ID
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 MAX_STATUS_MESSAGE = 4096  # characters of `status.message`; the causes carry every denial
+
+# `auditAnnotations`: the API server records each one in the request's audit event (levels
+# Metadata and above) as `<webhook name>/<key>`, e.g. `policies.policy-attachment.dev/verdict`.
+# The prefixed key must be a qualified name with one `/`: so a key is at most 63 characters of
+# `[A-Za-z0-9._-]`, alphanumeric at both ends; the API server drops any other with a line in
+# its own log (k8s.io/apiserver admission/attributes.go, `checkKeyFormat`).
+AUDIT_VERDICT = "verdict"  # allowed | warned | denied, as in the decision log (SPEC §8.1)
+AUDIT_RULES = "rules"  # the rule IDs that fired, comma-separated
+AUDIT_CAUSES = "causes"  # the denials, then the warnings, the user read; no impact preview
+AUDIT_FINDINGS = "audit-findings"  # findings of rules set to `audit`, told to nobody (§2.4)
+# Characters of one annotation's value: every audit event is built in the API server's memory
+# and written per request, so a value stays short (an Event's note has the same bound).
+MAX_AUDIT_VALUE = 1024
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -244,12 +257,7 @@ def patched(uid: str, operations: Sequence[Mapping[str, Any]]) -> Response:
 
 def from_verdict(uid: str, verdict: Verdict, *, request: Request) -> Response:
     """Allowed-with-warnings, or denied as 422 Invalid with one cause per denial (SPEC §2.5)."""
-    audit = {"decision": "allowed" if verdict.allowed else "denied"}
-    if verdict.rule_ids:
-        audit["rules"] = ",".join(verdict.rule_ids)
-    audited = [f.text for f in verdict.audited]
-    if audited:
-        audit["audit-findings"] = "; ".join(audited)[:4096]
+    audit = audit_annotations(verdict)
     if verdict.allowed:
         return allowed(uid, warnings=verdict.warning_lines(), audit=audit)
     denials = verdict.denials
@@ -284,9 +292,36 @@ def from_verdict(uid: str, verdict: Verdict, *, request: Request) -> Response:
                 ],
             },
         },
-        "auditAnnotations": audit,
+        "auditAnnotations": audit,  # never empty: a denial has a rule
     }
     warnings = verdict.warning_lines()
     if warnings:
         response["warnings"] = warnings
     return response
+
+
+def audit_annotations(verdict: Verdict) -> dict[str, str]:
+    """What the API server's audit log keeps of an answer; nothing for a clean allow.
+
+    `verdict` and `rules` say what happened. `causes` says why, in the lines the user read: the
+    audit log keeps no warning, and before Kubernetes 1.24 no denial message either at level
+    Metadata (`responseStatus` had only code and reason). An impact preview (PA-C04) that only
+    warns is named in `rules` but left out of `causes`: it describes the change asked for, not a
+    problem, and nearly every policy write has one (Events and reports leave it out too). `audit-findings`
+    holds what the rules set to `audit` found, which reaches no user (SPEC §2.4).
+    """
+    rules = verdict.rule_ids
+    if not rules:  # nothing fired, or only rules switched off
+        return {}
+    annotations = {AUDIT_VERDICT: verdict.outcome, AUDIT_RULES: ",".join(rules)}
+    told = verdict.denials + tuple(f for f in verdict.warnings if f.rule_id not in PREVIEW_RULES)
+    if told:
+        annotations[AUDIT_CAUSES] = _audit_value(told)
+    audited = verdict.audited
+    if audited:
+        annotations[AUDIT_FINDINGS] = _audit_value(audited)
+    return annotations
+
+
+def _audit_value(found: Sequence[Finding]) -> str:
+    return one_line("; ".join(one_line(f.text) for f in found), MAX_AUDIT_VALUE)

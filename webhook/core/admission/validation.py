@@ -11,12 +11,12 @@ from typing import Any
 
 from webhook.core.admission.reviews import Request
 from webhook.core.model import kinds, meta
-from webhook.core.model.policy import class_of, spec_of
+from webhook.core.model.policy import class_of, read_policy, spec_of
 from webhook.core.model.profiles import POLICY_LABEL, KindProfile
-from webhook.core.model.refs import GroupKind, key_of
+from webhook.core.model.refs import GroupKind, ObjectKey, key_of
 from webhook.core.model.settings import Settings
 from webhook.core.rules import impact, shape, targets
-from webhook.core.rules.findings import Finding, Judge, Verdict
+from webhook.core.rules.findings import Finding, Judge, Judged, Verdict
 from webhook.core.state.store import ClusterView
 
 # Bounds on a policy's `spec` before any rule reads it (SPEC §2.6: a policy the rules cannot
@@ -54,13 +54,39 @@ def check_policy(
     """Every finding for one policy object, judged by the configured actions: the rules that
     read the object alone, then — when none of them denies — the conflicts and the impact
     preview, which need the engine (a denied policy changes nothing, SPEC §2.3)."""
-    profile = view.profile(gk)
-    judge = Judge(profile.rule_actions, settings.rule_actions, strict=settings.strict)
-    judged = [judge(finding) for finding in _object_findings(obj, gk, profile=profile, view=view)]
-    if spec_readable(obj) and not any(j.action == "deny" for j in judged):
+    judge, judged = _judged_object_findings(obj, gk, view=view, settings=settings)
+    if _conflicts_apply(obj, judged):
         found = impact.policy_findings(obj, gk, view=view, settings=settings, old=old)
         judged += map(judge, found)
     return Verdict(tuple(judged))
+
+
+def check_stored(
+    obj: Mapping[str, Any], gk: GroupKind, *, view: ClusterView, settings: Settings
+) -> tuple[Verdict, frozenset[ObjectKey]]:
+    """A policy that `view` holds, judged as `check_policy` judges its CREATE against all the
+    others — the background audit (SPEC §8.3) — but for the impact preview (PA-C04), which
+    describes a change, and none is made. With the objects whose effective policy the
+    conflict findings read (none when they did not run)."""
+    judge, judged = _judged_object_findings(obj, gk, view=view, settings=settings)
+    policy = read_policy(obj, view.profile(gk)) if _conflicts_apply(obj, judged) else None
+    if policy is None:
+        return Verdict(tuple(judged)), frozenset()
+    found, read = impact.stored_policy_findings(policy, view=view, settings=settings)
+    return Verdict((*judged, *map(judge, found))), read
+
+
+def _judged_object_findings(
+    obj: Mapping[str, Any], gk: GroupKind, *, view: ClusterView, settings: Settings
+) -> tuple[Judge, list[Judged]]:
+    profile = view.profile(gk)
+    judge = Judge(profile.rule_actions, settings.rule_actions, strict=settings.strict)
+    return judge, [judge(f) for f in _object_findings(obj, gk, profile=profile, view=view)]
+
+
+def _conflicts_apply(obj: Mapping[str, Any], judged: list[Judged]) -> bool:
+    """A denied policy changes nothing (SPEC §2.3), and an unreadable one cannot be read."""
+    return spec_readable(obj) and not any(j.action == "deny" for j in judged)
 
 
 def check_delete(old: object, gk: GroupKind, *, view: ClusterView, settings: Settings) -> Verdict:

@@ -15,10 +15,15 @@ from typing import Any
 
 # The policy webhooks of manifests/base/webhooks.yaml whose rules are ours to write, and the
 # operations each one judges. The other webhooks of the configurations are never touched.
+WRITES = ("CREATE", "UPDATE")
 POLICY_WEBHOOKS: Mapping[str, tuple[str, ...]] = {
-    "policies.policy-attachment.dev": ("CREATE", "UPDATE"),
+    "policies.policy-attachment.dev": WRITES,
     "policy-deletes.policy-attachment.dev": ("DELETE",),
 }
+
+# A ClusterRole with this label is aggregated into the one that lets the webhook read policies
+# (manifests/base/rbac.yaml, manifests/components/policy-group).
+AGGREGATION_LABEL = "policy-attachment.dev/aggregate-to-policy-webhook"
 
 # What an informer needs to keep a kind in the store: a list, then watches.
 READ_VERBS = ("list", "watch")
@@ -153,6 +158,33 @@ def rules_patch(
     if isinstance(version, str) and version:
         patch["metadata"] = {"resourceVersion": version}
     return patch
+
+
+def sends_writes(configuration: Mapping[str, Any], resource: PolicyResource) -> bool:
+    """Whether the API server sends a CREATE and an UPDATE of `resource` to the policy webhook
+    of `configuration` that judges them: one of its rules names the group, the resource
+    (or `*`) and each operation (or `*`), at any version and scope (SPEC §8.4: a kind left
+    out has its policies annotated, never checked)."""
+    hooks = configuration.get("webhooks")
+    for hook in hooks if isinstance(hooks, list) else ():
+        name = hook.get("name") if isinstance(hook, Mapping) else None
+        if not isinstance(hook, Mapping) or not isinstance(name, str):
+            continue
+        if POLICY_WEBHOOKS.get(name) != WRITES:
+            continue
+        rules = hook.get("rules")
+        covered: set[str] = set()
+        for rule in rules if isinstance(rules, list) else ():
+            if not isinstance(rule, Mapping):
+                continue
+            resources = rule.get("resources")
+            if _matches(rule.get("apiGroups"), resource.group) and (
+                _matches(resources, resource.plural) or _matches(resources, "*/*")
+            ):
+                covered.update(op for op in WRITES if _matches(rule.get("operations"), op))
+        if covered == set(WRITES):
+            return True
+    return False
 
 
 def managed_webhooks(configuration: Mapping[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from webhook.core.model.profiles import Action
 from webhook.core.rules.ruletable import RULES_BY_ID
@@ -17,6 +18,9 @@ MAX_WARNINGS = 10  # SPEC §2.5
 # A line quotes what the user wrote (a name, a key, a value) and that may be megabytes long.
 # SPEC §2.5 wants ≤ 120 characters where possible; this bounds the cases where it is not.
 MAX_LINE = 512
+# What one admission came to, in the words of the decision log, the metrics and the audit
+# annotations (SPEC §8.1).
+Outcome = Literal["allowed", "warned", "denied"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,14 @@ class Verdict:
     @property
     def audited(self) -> tuple[Finding, ...]:
         return tuple(j.finding for j in self.judged if j.action == "audit")
+
+    @property
+    def outcome(self) -> Outcome:
+        """`denied` if any finding denies, `warned` if any warns, else `allowed` (audit-only and
+        switched-off findings reach no user, so they do not make a warning)."""
+        if not self.allowed:
+            return "denied"
+        return "warned" if any(j.action == "warn" for j in self.judged) else "allowed"
 
     @property
     def rule_ids(self) -> tuple[str, ...]:

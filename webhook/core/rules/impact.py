@@ -56,10 +56,7 @@ def policy_findings(
     affected = _reach(policy, after) | (_reach(old_policy, before) if old_policy else set())
     sample = heapq.nsmallest(settings.max_impact_objects, affected, key=_ladder_order)
     results_after = {key: _kind_result(key, after, gk) for key in sample}
-    findings = list(_conflicts(policy, after))
-    if policy.policy_class == "Inherited":
-        findings += _dead_defaults(policy, results_after)
-        findings += _beaten_by_override(policy, results_after)
+    findings = _standing(policy, after, results_after)
     results_before = {key: _kind_result(key, before, gk) for key in sample}
     findings += _preview(
         results_before,
@@ -68,6 +65,30 @@ def policy_findings(
         total=len(affected),
         schema=_settings_schema(view.profile(gk)),
     )
+    return findings
+
+
+def stored_policy_findings(
+    policy: Policy, *, view: ClusterView, settings: Settings
+) -> tuple[list[Finding], frozenset[ObjectKey]]:
+    """PA-C01…C03 for a policy `view` already holds, as `policy_findings` finds them for its
+    CREATE against all the others (the background audit, SPEC §8.3), without the preview: a
+    policy that is there changes nothing. With the objects whose effective policy was read —
+    the findings can change only when one of those, or what the policy targets, changes."""
+    gk = policy.key.group_kind
+    sample = heapq.nsmallest(settings.max_impact_objects, _reach(policy, view), key=_ladder_order)
+    results = {key: _kind_result(key, view, gk) for key in sample}
+    return _standing(policy, view, results), frozenset(sample)
+
+
+def _standing(
+    policy: Policy, view: ClusterView, results: Mapping[ObjectKey, KindResult | None]
+) -> list[Finding]:
+    """PA-C01, and for an Inherited kind PA-C02 and PA-C03, of `policy` as `view` holds it."""
+    findings = list(_conflicts(policy, view))
+    if policy.policy_class == "Inherited":
+        findings += _dead_defaults(policy, results)
+        findings += _beaten_by_override(policy, results)
     return findings
 
 

@@ -25,6 +25,10 @@ CauseType = Literal[
 ]
 
 
+# The `category` of a PolicyReport result (SPEC §8.3): what a rule is about.
+Category = Literal["Shape", "Target", "Conflict", "Impact", "Kind"]
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     id: str
@@ -33,6 +37,15 @@ class Rule:
     fix: str  # one line: what to change
     cause_type: CauseType
     section: str  # the SPEC section that defines it
+
+    @property
+    def category(self) -> Category:
+        """By the ID's letter; among the C rules, those about what a policy does to others
+        (it beats them, its change moves them, its target is gone from under them) are
+        `Impact`, those about policies meeting on one field `Conflict`."""
+        if self.id in _IMPACT_RULES:
+            return "Impact"
+        return _CATEGORY_BY_LETTER[self.id[3]]
 
 
 RULES: tuple[Rule, ...] = (
@@ -90,6 +103,10 @@ RULES: tuple[Rule, ...] = (
          "check that your implementation reads such policies (GEP-713 lists some that do)", "FieldValueInvalid", "2.2"),
     Rule("PA-K01", "warn", "the policy kind has no CRD label and no profile: its class was inferred",
          "label the CRD with gateway.networking.k8s.io/policy or add a kind profile", "FieldValueInvalid", "1.3"),
+    Rule("PA-K02", "warn", "a policy kind whose writes the API server does not send to this webhook (no rule of its policy webhook covers the kind): its policies are annotated, never checked",
+         "let the webhook read the kind (PA-K03) so that it adds the rule, or add the kind's group and resource to the policy webhook's rules", "FieldValueNotFound", "8.4"),
+    Rule("PA-K03", "warn", "a policy kind the webhook may not list and watch (RBAC): its policies are neither checked nor annotated",
+         "grant list and watch of the resource named in the message to the webhook's service account (manifests/components/policy-group)", "FieldValueForbidden", "8.4"),
     Rule("PA-C01", "warn", "another policy of the same kind targets the same object and section",
          "merge the two policies, or accept which one wins as the message says", "FieldValueDuplicate", "2.3"),
     Rule("PA-C02", "warn", "a `default` field can never take effect: an override above always sets it",
@@ -102,6 +119,18 @@ RULES: tuple[Rule, ...] = (
          "delete or retarget the listed policies", "FieldValueNotFound", "2.3"),
 )  # fmt: skip
 
+_CATEGORY_BY_LETTER: Mapping[str, Category] = {
+    "S": "Shape",
+    "T": "Target",
+    "C": "Conflict",
+    "K": "Kind",
+}
+_IMPACT_RULES = frozenset({"PA-C03", "PA-C04", "PA-C05"})
+# Rules that describe a change rather than something wrong: shown to the writer as warnings,
+# but they make no Event (SPEC §8.2) and no PolicyReport result (§8.3) — otherwise nearly
+# every policy edit would be a `PolicyWarned` Event.
+PREVIEW_RULES = frozenset({"PA-C04"})
+
 RULES_BY_ID: Mapping[str, Rule] = {rule.id: rule for rule in RULES}
 RULE_IDS: frozenset[str] = frozenset(RULES_BY_ID)
 
@@ -109,11 +138,12 @@ RULE_IDS: frozenset[str] = frozenset(RULES_BY_ID)
 def rules_markdown() -> str:
     """The body of docs/rules.md, generated so the page and the code cannot disagree."""
     lines = [
-        "| ID | default | meaning | how to fix | SPEC |",
-        "|---|---|---|---|---|",
+        "| ID | default | meaning | how to fix | category | SPEC |",
+        "|---|---|---|---|---|---|",
     ]
     for rule in RULES:
         lines.append(
-            f"| `{rule.id}` | {rule.default_action.upper()} | {rule.meaning} | {rule.fix} | §{rule.section} |"
+            f"| `{rule.id}` | {rule.default_action.upper()} | {rule.meaning} | {rule.fix} "
+            f"| {rule.category} | §{rule.section} |"
         )
     return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
-"""The `policy-webhook` command line (SPEC §7): serve, check, explain, rules, version, config.
+"""The `policy-webhook` command line (SPEC §7): serve, check, explain, report, rules, version,
+config.
 
 `serve`'s flags, and the engine flags of every command, can also come from an environment
 variable `POLICY_WEBHOOK_<FLAG>` (dashes become underscores), which is how the Deployment
@@ -116,6 +117,11 @@ def build_parser(prog: str = PROG, *, lazy: bool = False) -> argparse.ArgumentPa
         _explain_flags,
         help="why an object gets the effective policy it gets, or what a policy reaches",
     )
+    commands.add(
+        "report",
+        _report_flags,
+        help="what is wrong with the policies now: the PolicyReports, computed afresh",
+    )
     commands.add("rules", _rules_flags, help="print the rule table")
     commands.add("version", _version_flags, help="print the version and the git revision")
     commands.add("config", _config_flags, help="operator config file: `config validate FILE`")
@@ -171,13 +177,36 @@ def _explain_flags(parser: argparse.ArgumentParser) -> None:
         help="namespace of the object (default: the kubeconfig context's, else default)")  # fmt: skip
     add("--manifests", action="append", metavar="PATH",
         help="read state from these files/folders instead of a cluster")  # fmt: skip
+    _cluster_flags(parser)
+    add("-o", "--output", choices=("table", "json", "yaml"), default="table",
+        help="table for people; json or yaml: the full result (docs/cli.md)")  # fmt: skip
+
+
+def _cluster_flags(parser: argparse.ArgumentParser) -> None:
+    """kubectl's connection flags, for a command that reads the cluster once."""
+    add = parser.add_argument
     add("--kubeconfig", default=None, metavar="FILE",
         help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")  # fmt: skip
     add("--context", default=None, help="the kubeconfig context to use (default: its current one)")
     add("--request-timeout", type=duration, default=DEFAULT_REQUEST_TIMEOUT, metavar="DURATION",
         help=f"give up on a request to the API server after this long (30s, 1m; 0: never; default {DEFAULT_REQUEST_TIMEOUT})")  # fmt: skip
+
+
+def _report_flags(parser: argparse.ArgumentParser) -> None:
+    add_engine_flags(parser)
+    add = parser.add_argument
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("-n", "--namespace", default=None,
+                       help="the report of this namespace (default: the kubeconfig context's, else default)")  # fmt: skip
+    where.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="every namespace's report, and the cluster's")  # fmt: skip
+    add("--manifests", action="append", metavar="PATH",
+        help="read state from these files/folders instead of a cluster")  # fmt: skip
+    _cluster_flags(parser)
+    add("--webhook-configuration", default="policy-webhook", metavar="NAME",
+        help="ValidatingWebhookConfiguration of the policy webhooks, for PA-K02 (cluster only; default policy-webhook)")  # fmt: skip
     add("-o", "--output", choices=("table", "json", "yaml"), default="table",
-        help="table for people; json or yaml: the full result (docs/cli.md)")  # fmt: skip
+        help="table for people; json or yaml: the reports whole (docs/cli.md)")  # fmt: skip
 
 
 def _rules_flags(parser: argparse.ArgumentParser) -> None:
@@ -232,6 +261,18 @@ def _run_explain(args: argparse.Namespace) -> int:
     return explain.run(args, config=config, settings=settings, target=target)
 
 
+def _run_report(args: argparse.Namespace) -> int:
+    target = None
+    if not args.manifests:  # a cluster: found answering before the engine loads
+        from webhook.shell.cli import connection
+
+        target = connection.reach(args)
+    from webhook.shell.cli import engine_options, report
+
+    config, settings = engine_options.from_args(args)
+    return report.run(args, config=config, settings=settings, target=target)
+
+
 def _run_serve(args: argparse.Namespace) -> int:
     from webhook.shell.cli import engine_options, serve
 
@@ -278,6 +319,7 @@ def _run_config(args: argparse.Namespace) -> int:
 _RUNS: dict[str, Callable[[argparse.Namespace], int]] = {
     "check": _run_check,
     "explain": _run_explain,
+    "report": _run_report,
     "serve": _run_serve,
     "rules": _run_rules,
     "version": _run_version,

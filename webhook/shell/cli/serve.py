@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from webhook.core.annotation.cache import DEFAULT_MAXSIZE
+from webhook.core.admission.decisions import DEFAULT_LOG_DECISIONS, LOG_DECISIONS
+from webhook.core.annotation.cache import DEFAULT_MAXSIZE, SummaryCache
 from webhook.core.model.profiles import OperatorConfig
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
@@ -75,14 +76,18 @@ def add_flags(
         help="serve admission only; never patch existing objects")  # fmt: skip
     add("--no-sync-webhook-rules", action="store_true", default=env_bool("--no-sync-webhook-rules"),
         help="never patch the rules of the policy webhooks; keep them by hand (docs/install.md)")  # fmt: skip
+    add("--no-policy-reports", action="store_true", default=env_bool("--no-policy-reports"),
+        help="keep no PolicyReports, even where their CRDs (manifests/components/policy-reports) are served")  # fmt: skip
     add("--webhook-configuration", default=env("--webhook-configuration", "policy-webhook"),
         help="ValidatingWebhookConfiguration whose policy webhooks' rules the leader keeps in step with the readable policy kinds")  # fmt: skip
     add("--webhook-rules-sync-seconds", type=float, default=float(env("--webhook-rules-sync-seconds", 10.0)),
         help="how often the leader re-checks which policy kinds it may read and those rules (CRD changes: at once)")  # fmt: skip
-    add("--reconcile-qps", type=float, default=float(env("--reconcile-qps", 20.0)),
-        help="annotation patches per second the leader may send (token bucket)")  # fmt: skip
+    add("--reconcile-qps", type=float, default=float(env("--reconcile-qps", 200.0)),
+        help="most annotation patches per second the leader may send; less after 429s or slow answers (docs/reliability.md)")  # fmt: skip
     add("--reconcile-burst", type=int, default=int(env("--reconcile-burst", 40)),
         help="patches that may go at once before --reconcile-qps applies")  # fmt: skip
+    add("--reconcile-workers", type=int, default=int(env("--reconcile-workers", 8)),
+        help="objects the leader reconciles at once: at most this many patches in flight")  # fmt: skip
     add("--resync-seconds", type=float, default=float(env("--resync-seconds", 600.0)),
         help="how often the leader re-checks every object's annotation (a safety net)")  # fmt: skip
     add("--cache-max-objects", type=int, default=int(env("--cache-max-objects", DEFAULT_MAXSIZE)),
@@ -102,7 +107,21 @@ def add_flags(
     )
     add("--log-format", default=env("--log-format", "json"), choices=("json", "text"))
     add("--log-bodies", action="store_true", default=env_bool("--log-bodies"),
-        help="log admission request bodies (debugging only: they may hold sensitive data)")  # fmt: skip
+        help="add the request and response bodies to the decision lines written (debugging only: they may hold sensitive data)")  # fmt: skip
+    add("--log-decisions", default=env("--log-decisions", DEFAULT_LOG_DECISIONS), choices=LOG_DECISIONS,
+        help="decision log lines of /validate: denied (WARNING), warned (denied and warned, INFO), all (clean allows and /mutate too, DEBUG), none; whatever --log-level says")  # fmt: skip
+    add("--events", type=boolean, nargs="?", const=True, default=boolean(env("--events", "true")), metavar="true|false",
+        help="cluster mode: record a Kubernetes Event for each denied or warned policy write that is not a dry run; --events=false turns them off")  # fmt: skip
+
+
+def boolean(text: str) -> bool:
+    """`--events=false`: true or false (also 1/0, yes/no, on/off), in any case."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -145,6 +164,8 @@ async def _serve(serve_config: ServeConfig, *, config: OperatorConfig, settings:
     metrics = Metrics()
     readiness = Readiness(ready.TLS, ready.STATE_SYNCED, ready.NOT_DRAINING)
     store = Store(config)
+    # Summaries of the store: /mutate's, and in cluster mode the reconciler's as well.
+    cache = SummaryCache(store, settings, maxsize=serve_config.cache_max_objects)
     tls: ReloadingTLS | None = None
     files = CertFiles(Path(), Path())
     if not serve_config.insecure_dev_plaintext:
@@ -153,14 +174,8 @@ async def _serve(serve_config: ServeConfig, *, config: OperatorConfig, settings:
             str(files.cert_file), str(files.key_file),
             client_ca_file=serve_config.client_ca_file, poll_interval=serve_config.tls_poll_seconds, metrics=metrics,
         )  # fmt: skip
-    app = build_app(
-        view=store,
-        settings=settings,
-        readiness=readiness,
-        metrics=metrics,
-        log_bodies=serve_config.log_bodies,
-    )
     async with contextlib.AsyncExitStack() as stack:
+        record_event = None  # Events need a cluster (SPEC 8.2)
         if serve_config.manifests:
             _, where = load_store(serve_config.manifests, store)
             heap.settle("state loaded from manifests")  # before ready: the pause is at start
@@ -172,15 +187,26 @@ async def _serve(serve_config: ServeConfig, *, config: OperatorConfig, settings:
         else:
             from webhook.shell.cluster import live  # kubernetes-asyncio only when a cluster is used
 
-            await stack.enter_async_context(
+            record_event = await stack.enter_async_context(
                 live.running(
                     serve_config,
                     store=store,
                     settings=settings,
                     metrics=metrics,
                     readiness=readiness,
+                    cache=cache,
                 )
             )
+        app = build_app(
+            view=store,
+            settings=settings,
+            readiness=readiness,
+            metrics=metrics,
+            log_bodies=serve_config.log_bodies,
+            log_decisions=serve_config.log_decisions,
+            record_event=record_event,
+            cache=cache,
+        )
         await run_until_stopped(
             app,
             tls=tls,

@@ -68,6 +68,9 @@ class _Informer:
         # Set after the first full list — or, so as not to block the first sync forever, when
         # stopped before one or when it cannot be listed yet (`_settle_unlisted`).
         self.first_list = asyncio.Event()
+        # The API server refused the last list or watch (403: RBAC does not grant it), and no
+        # list has succeeded since (the audit's PA-K03).
+        self.forbidden = False
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -107,6 +110,8 @@ class _Informer:
                     exc_info=not expected,  # a network or server error needs no traceback
                     extra=fields(kind=self.kind_label, error=repr(exc), attempt=attempt),
                 )
+                if isinstance(exc, kubeapi.ApiError) and exc.status == 403:
+                    self.forbidden = True
                 if isinstance(exc, kubeapi.ApiError) and not self.first_list.is_set():
                     self._settle_unlisted(exc)
             attempt += 1
@@ -163,6 +168,7 @@ class _Informer:
                 break
         src.store.replace_kind(self.resource.group_kind, items)
         self.resource_version = str(metadata.get("resourceVersion") or "") or None
+        self.forbidden = False
         self.touch()
         self.first_list.set()
         src.changed(self)
@@ -371,6 +377,11 @@ class ClusterSource:
         """The resources with a running informer, CRDs included."""
         found = {gk: inf.resource for gk, inf in self._informers.items()}
         return {kinds.CRD: CRDS, **found}
+
+    def forbidden(self) -> dict[GroupKind, kubeapi.Resource]:
+        """The resources whose list or watch the API server refused (403) since their last
+        successful list: what RBAC does not let this identity read."""
+        return {gk: inf.resource for gk, inf in self._informers.items() if inf.forbidden}
 
     def resource_version(self, gk: GroupKind) -> str | None:
         """The resourceVersion the informer of `gk` will resume from (None: it will relist)."""

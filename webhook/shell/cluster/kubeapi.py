@@ -9,9 +9,12 @@ resources), no retries: each caller decides what a failure means for it.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +25,9 @@ from kubernetes_asyncio import client, config
 from webhook.core.model.refs import CORE_GROUP, GroupKind
 
 JSON = "application/json"
+# The library's own read buffer: a watch event carries a whole object, and etcd takes objects
+# of up to 1.5 MiB, more than aiohttp's default buffer.
+READ_BUFFER = 2**21
 
 
 async def connect(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
@@ -29,6 +35,11 @@ async def connect(kubeconfig: str | None = None, *, context: str | None = None) 
 
     An explicit path wins over the pod's service account, as with kubectl. The caller owns the
     client and closes it (`await api.close()`).
+
+    The environment is read here, once: a proxy named by `HTTPS_PROXY` (unless `NO_PROXY`
+    exempts the server) is used when the kubeconfig names none (`proxy-url` wins, as with
+    kubectl). The library's HTTP session would otherwise look up the proxy variables and
+    `~/.netrc` again for every request, each time in a worker thread.
     """
     configuration = client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -42,7 +53,48 @@ async def connect(kubeconfig: str | None = None, *, context: str | None = None) 
             client_configuration=configuration,
             persist_config=False,
         )
-    return client.ApiClient(configuration)
+    if not configuration.proxy:
+        proxy = environment_proxy(configuration.host or "")
+        if proxy is not None:
+            configuration.proxy, configuration.proxy_headers = proxy
+    api = client.ApiClient(configuration)
+    _without_environment_lookups(api)
+    return api
+
+
+def environment_proxy(server: str) -> tuple[str, dict[str, str] | None] | None:
+    """The proxy the environment names for `server` (a URL), and the header of its credentials.
+
+    Credentials in the proxy's URL go in a `Proxy-Authorization` header, as aiohttp itself
+    does with a proxy found in the environment.
+    """
+    url = urllib.parse.urlsplit(server)
+    if not url.hostname or urllib.request.proxy_bypass(url.hostname):
+        return None
+    proxy = urllib.request.getproxies().get(url.scheme or "https")
+    if not proxy:
+        return None
+    parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    if parsed.username is None:
+        return parsed.geturl(), None
+    user = urllib.parse.unquote(parsed.username)
+    password = urllib.parse.unquote(parsed.password or "")
+    bare = parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl()
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return bare, {"Proxy-Authorization": f"Basic {token}"}
+
+
+def _without_environment_lookups(api: client.ApiClient) -> None:
+    """Swap the client's session for one with `trust_env=False`, on the same connections."""
+    rest = api.rest_client
+    session: aiohttp.ClientSession = rest.pool_manager
+    connector = session.connector
+    session.detach()  # closed without closing the connector, which the new session takes over
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=connector,
+        trust_env=False,
+        read_bufsize=READ_BUFFER,
+    )
 
 
 class ApiError(Exception):

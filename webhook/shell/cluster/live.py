@@ -4,7 +4,7 @@ Wiring only. Every replica keeps the store in step with the API server (admissio
 one replica at a time — the holder of a `coordination.k8s.io` Lease — also patches the
 annotation of existing objects (SPEC §3.2) and keeps the rules of the policy webhooks in step
 with the policy kinds it can read (`webhook_rules`; one writer, so that two versions during a
-rollout never undo each other). `/readyz` waits for the first full sync (the informers report
+rollout never undo each other), and the PolicyReports (`policy_reports`). `/readyz` waits for the first full sync (the informers report
 it), never for the Lease: a replica that does not lead still serves.
 """
 
@@ -13,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from kubernetes_asyncio import client
 
+from webhook.core.admission.decisions import Decision
 from webhook.core.annotation.cache import SummaryCache
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.cluster import informers, kubeapi
+from webhook.shell.cluster.events import EventRecorder
 from webhook.shell.cluster.leader import LeaderElector
+from webhook.shell.cluster.policy_reports import PolicyReportWriter
 from webhook.shell.cluster.reconciler import Reconciler
 from webhook.shell.cluster.webhook_rules import WebhookRulesKeeper
 from webhook.shell.process import heap
@@ -44,8 +47,12 @@ async def running(
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
-) -> AsyncIterator[None]:
-    """Informers, cache, reconciler and leader election for as long as the block runs.
+    cache: SummaryCache,
+) -> AsyncIterator[Callable[[Decision], None] | None]:
+    """Informers, reconciler and leader election for as long as the block runs; the
+    block gets what records Events of decisions (SPEC 8.2), None with `--events=false`.
+    `cache` (summaries of `store`) is the one /mutate reads too: what the reconciler computed
+    before a patch answers that patch's admission call.
 
     On exit, in this order: the reconciler stops (no patch after this point), the Lease is
     released (another replica takes over at once instead of after expiry), the watches end,
@@ -60,11 +67,12 @@ async def running(
         readiness=readiness,
         before_ready=lambda: heap.settle("state synced"),
     )
-    cache = SummaryCache(store, settings, maxsize=serve_config.cache_max_objects)
     reconciler: Reconciler | None = None
     keeper: WebhookRulesKeeper | None = None
+    writer: PolicyReportWriter | None = None
     elector: LeaderElector | None = None
     settling: asyncio.Task[None] | None = None
+    recorder = EventRecorder(api, metrics) if serve_config.events else None
     exporter = _Exporter(
         cache, store, metrics, source, readiness, max_age=serve_config.max_state_age_seconds
     )
@@ -83,6 +91,7 @@ async def running(
                 ready=source.synced,
                 qps=serve_config.reconcile_qps,
                 burst=serve_config.reconcile_burst,
+                workers=serve_config.reconcile_workers,
                 resync_period=serve_config.resync_seconds,
             )
         if serve_config.no_sync_webhook_rules:
@@ -97,20 +106,42 @@ async def running(
                 namespace=serve_config.leader_election_namespace,
                 period=serve_config.webhook_rules_sync_seconds,
             )
-        if reconciler is not None or keeper is not None:
-            elector = _elector(serve_config, api, metrics, reconciler, keeper)
+        if serve_config.no_policy_reports:
+            log.info("no PolicyReports (--no-policy-reports)")
+        else:
+            writer = PolicyReportWriter(
+                api,
+                store,
+                cache.feed,
+                source,
+                settings,
+                metrics,
+                configuration=serve_config.webhook_configuration,
+                period=serve_config.webhook_rules_sync_seconds,
+                full_audit_period=serve_config.resync_seconds,
+            )
+        if reconciler is not None or keeper is not None or writer is not None:
+            elector = _elector(serve_config, api, metrics, reconciler, keeper, writer)
             elector.start()
         exporter.start()
         if reconciler is not None:
             settling = asyncio.create_task(_settle_heap(reconciler), name="heap settler")
-        yield
+        if recorder is None:
+            log.info("no Events of denied or warned policy writes (--events=false)")
+        else:
+            recorder.start()
+        yield recorder.record if recorder is not None else None
     finally:
+        if recorder is not None:
+            await recorder.stop()
         if settling is not None:
             settling.cancel()
             await asyncio.gather(settling, return_exceptions=True)
         await exporter.stop()
         if keeper is not None:
             await keeper.stop()
+        if writer is not None:
+            await writer.stop()
         if reconciler is not None:
             await reconciler.stop()
             log.info(
@@ -142,14 +173,15 @@ def _elector(
     metrics: Metrics,
     reconciler: Reconciler | None,
     keeper: WebhookRulesKeeper | None,
+    writer: PolicyReportWriter | None,
 ) -> LeaderElector:
     def started() -> None:
-        for worker in (reconciler, keeper):
+        for worker in (reconciler, keeper, writer):
             if worker is not None:
                 worker.set_leading(True)  # each waits for the first sync
 
     def stopped() -> None:
-        for worker in (reconciler, keeper):
+        for worker in (reconciler, keeper, writer):
             if worker is not None:
                 worker.set_leading(False)
 

@@ -1,8 +1,16 @@
 """The reconciler (SPEC §3.2): keep our annotation right on objects that already exist.
 
 Store change → the objects it affects (the cache's dependency tracking, not a rescan) → a
-de-duplicating work queue → a token bucket → one JSON merge patch of our annotation, or nothing
-when the value is already right. Only the Lease holder runs it; every replica serves admission.
+de-duplicating work queue → a token bucket at an adaptive rate (`pacing`) → one JSON merge patch
+of our annotation, or nothing when the value is already right. Only the Lease holder runs it;
+every replica serves admission.
+
+It shares the event loop with admission, and a summary is computed synchronously, so the
+reconciler keeps out of admission's way: its workers compute for at most `turn` seconds (plus
+the computation under way) before they let the loop serve what arrived meanwhile; and an object
+whose value was costly to compute (a Service that hundreds of routes send to) is held for a
+while after each computation — the changes that reach it meanwhile (a bulk create of those
+routes) are served by one computation at the window's end instead of one each.
 
 Why a JSON merge patch (RFC 7386) of `{"metadata": {"annotations": {KEY: value | null}}}`: it
 names one key of one map, so it can only set or remove that key — every other annotation,
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,6 +43,7 @@ from webhook.core.model.refs import CORE_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.cluster import kubeapi
+from webhook.shell.cluster.pacing import AdaptiveRate
 from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
 from webhook.shell.process.logs import fields
 from webhook.shell.process.metrics import Metrics
@@ -42,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 ResourceOf = Callable[[GroupKind], kubeapi.Resource | None]
+TOO_MANY_REQUESTS = 429  # the API server sheds load (priority and fairness, max-in-flight)
 
 
 def object_path(resource: kubeapi.Resource, key: ObjectKey) -> str:
@@ -83,7 +94,12 @@ class Reconciler:
     resync every `resync_period` seconds is the safety net. `set_leading(False)` stops at once.
 
     `patches`, `skips`, `errors` (failed patches) and `retries` (tries scheduled after a
-    failure, 409s included) count since start; `failing` is how many objects wait for a retry.
+    failure, 409s included) count since start; `failing` is how many objects wait for a retry;
+    `holds` how many computations were costly enough (`hot_after` seconds) to hold their key
+    for max(`hold_min`, `hold_factor` times their cost).
+
+    `workers` is the number of objects in hand at once, so of patches in flight; the rate
+    starts at `qps` and adapts below it (`pacing.AdaptiveRate`), `burst` patches at most at once.
     """
 
     def __init__(
@@ -97,15 +113,21 @@ class Reconciler:
         resources: ResourceOf,
         ready: asyncio.Event | None = None,
         field_manager: str = "policy-webhook",
-        qps: float = 20.0,
+        qps: float = 200.0,
         burst: int = 40,
-        workers: int = 4,
+        workers: int = 8,
         resync_period: float = 600.0,
         warn_after: int = 8,
         backoff_base: float = 0.2,
         backoff_cap: float = 30.0,
         request_timeout: float = 10.0,
+        hot_after: float = 0.005,
+        hold_min: float = 1.0,
+        hold_factor: float = 10.0,
+        turn: float = 0.002,
     ) -> None:
+        if workers < 1:
+            raise ValueError(f"need at least one worker, got {workers}")
         self.api, self.store, self.cache, self.metrics = api, store, cache, metrics
         self.annotation_key = settings.annotation_key
         self.resources = resources
@@ -117,13 +139,19 @@ class Reconciler:
         self.warn_after = warn_after
         self.request_timeout = request_timeout
         self.queue = WorkQueue()
+        self.pacing = AdaptiveRate(qps)
         self.limiter = TokenBucket(qps, burst)
         self.backoff = ItemBackoff(backoff_base, backoff_cap)
+        self.hot_after, self.hold_min, self.hold_factor = hot_after, hold_min, hold_factor
+        self.turn = turn
+        self._turn_ends = 0.0  # `time.perf_counter()` after which workers yield before computing
+        self._turns = 0
         # Patches sent whose watch event has not arrived yet: key → (resourceVersion, value).
         self._sent: dict[ObjectKey, tuple[str | None, str | None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._ending: asyncio.Task[None] | None = None  # the last term, cancelled, cleaning up
         self.patches = self.skips = self.errors = self.retries = 0  # plain ints for tests, logs
+        self.holds = 0
         # Set the first time the queue drains after a term's first resync: every annotated
         # object's value has been computed once (the heap is then settled, see `heap`).
         self.passed = asyncio.Event()
@@ -174,6 +202,7 @@ class Reconciler:
             if self.ready is not None:
                 await self.ready.wait()
             self.cache.feed.subscribe(self._on_change)  # what each write affects, computed once
+            self.metrics.reconcile_rate.set(self.pacing.rate)
             self.resync_all()
             workers = [
                 asyncio.create_task(self._work(), name=f"reconcile worker {i}")
@@ -191,6 +220,7 @@ class Reconciler:
             self._sent.clear()
             self.backoff.clear()
             self.metrics.reconcile_failing.set(0)
+            self.metrics.reconcile_rate.set(0)
 
     # --- what to do ----------------------------------------------------------------------------
 
@@ -248,13 +278,35 @@ class Reconciler:
             # this, a resync of 10,000 up-to-date objects would hold the loop (and admission).
             await asyncio.sleep(0)
 
+    async def _decided(self, key: ObjectKey) -> tuple[bool, str | None, str | None]:
+        """`_wanted`, once the loop had its say if the reconciler's turn is over."""
+        if key in self.cache:
+            return self._wanted(key)  # nothing to compute: a lookup, no need to wait
+        while time.perf_counter() >= self._turn_ends:
+            turns = self._turns
+            # A request read by the loop now takes two more passes to be answered (its
+            # handler's task is woken, then runs): yield for three, so it goes first.
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if self._turns == turns:  # no other worker began a turn meanwhile: this one's
+                self._turns += 1
+                self._turn_ends = time.perf_counter() + self.turn
+                break
+        return self._wanted(key)
+
     def _wanted(self, key: ObjectKey) -> tuple[bool, str | None, str | None]:
         """(patch needed, value wanted, resourceVersion it was computed from)."""
         obj = self.store.get(key)
         if obj is None:
             return False, None, None  # deleted meanwhile: nothing to annotate
         version = _resource_version(obj)
+        started = time.perf_counter()
         wanted = self.cache.get(key)
+        cost = time.perf_counter() - started
+        if cost >= self.hot_after:
+            # Costly: changes reaching it soon wait and share one computation (module doc).
+            self.queue.hold(key, max(self.hold_min, self.hold_factor * cost))
+            self.holds += 1
         sent = self._sent.get(key)
         if sent is not None and sent[0] != version:
             del self._sent[key]  # the watch caught up with our patch
@@ -264,7 +316,7 @@ class Reconciler:
         return True, wanted, version
 
     async def _reconcile(self, key: ObjectKey) -> None:
-        needed, _, _ = self._wanted(key)
+        needed, _, _ = await self._decided(key)
         resource = self.resources(key.group_kind) if needed else None
         if needed and resource is None:
             logger.debug("no served resource", extra=fields(object=str(key)))
@@ -272,7 +324,7 @@ class Reconciler:
             return
         if resource is not None:
             await self.limiter.acquire()  # only patches spend tokens; skips are free
-            needed, wanted, version = self._wanted(key)  # the state may have moved meanwhile
+            needed, wanted, version = await self._decided(key)  # the state may have moved
             if needed:
                 await self._send(resource, key, wanted, version)
                 return
@@ -286,22 +338,33 @@ class Reconciler:
         self, resource: kubeapi.Resource, key: ObjectKey, wanted: str | None, version: str | None
     ) -> None:
         """One patch; 404 drops the key, 409 and failures come back later with a backoff."""
+        # Remembered before sending: the watch event of this patch may come before the answer,
+        # and must be known as our echo, not taken for someone else's edit and queued again.
+        before = self._sent.get(key)
+        self._sent[key] = (version, wanted)
+        started = time.monotonic()
         try:
             await self._patch(resource, key, wanted, version)
         except kubeapi.ApiError as exc:
+            self._unsent(key, (version, wanted), before)
             if exc.status == 404:
                 self._succeeded(key, "deleted")  # its DELETED event is on its way
                 return
             if exc.status == 409:  # the watch brings the version to compute from
                 self._retry(key, "conflict", exc)
                 return
+            if exc.status == TOO_MANY_REQUESTS:
+                self._paced(None)
             self._failed(key, exc)
             return
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._unsent(key, (version, wanted), before)
+            if isinstance(exc, TimeoutError):  # no answer in time: as loaded as a 429
+                self._paced(None)
             self._failed(key, exc)
             return
+        self._paced(time.monotonic() - started)
         self._succeeded(key, "patched")
-        self._sent[key] = (version, wanted)
         self.patches += 1
         self.metrics.reconcile_patches.labels(kind=str(key.group_kind)).inc()
         logger.debug(
@@ -309,6 +372,39 @@ class Reconciler:
             "removed" if wanted is None else "set",
             extra=fields(object=str(key), bytes=len(wanted or "")),
         )
+
+    def _unsent(
+        self,
+        key: ObjectKey,
+        sent: tuple[str | None, str | None],
+        before: tuple[str | None, str | None] | None,
+    ) -> None:
+        """The patch did not go through (as far as we know): no echo of it to expect."""
+        if self._sent.get(key) != sent:
+            return  # the key was forgotten (deleted) meanwhile
+        if before is None:
+            del self._sent[key]
+        else:
+            self._sent[key] = before
+
+    def _paced(self, latency: float | None) -> None:
+        """Tell the adaptive rate how a patch went (None: refused for load), apply its rate."""
+        decreases = self.pacing.decreases
+        if latency is None:
+            self.pacing.throttled()
+        else:
+            self.pacing.succeeded(latency)
+        if self.pacing.rate != self.limiter.rate:
+            self.limiter.set_rate(self.pacing.rate)
+            self.metrics.reconcile_rate.set(self.pacing.rate)
+        if self.pacing.decreases != decreases:  # at most once per cooldown (a second)
+            why = "refused for load" if latency is None else "slow answers"
+            logger.info(
+                "reconcile rate lowered to %.1f patches/s: %s",
+                self.pacing.rate,
+                why,
+                extra=fields(rate=round(self.pacing.rate, 1), cause=why),
+            )
 
     def _failed(self, key: ObjectKey, exc: Exception) -> None:
         self.errors += 1

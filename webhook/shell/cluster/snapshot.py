@@ -26,6 +26,7 @@ from webhook.core.state.store import Store
 from webhook.core.state.trim import trim
 from webhook.shell.cluster import informers, kubeapi
 from webhook.shell.cluster.kubeconfig import ClusterUnavailable, Target
+from webhook.shell.cluster.webhook_rules import CONFIGURATIONS
 
 PAGE_SIZE = 500
 
@@ -33,16 +34,24 @@ PAGE_SIZE = 500
 @dataclass(slots=True)
 class Snapshot:
     """What was read: notes on kinds that could not be listed (the answer is given without
-    them)."""
+    them), and the ValidatingWebhookConfiguration asked for (`{}`: there is none; None: not
+    asked, or not readable, with a note)."""
 
     notes: list[str] = field(default_factory=list)
+    webhook_configuration: dict[str, Any] | None = None
 
 
 async def read_cluster(
-    store: Store, target: Target, *, timeout: float, keep_annotation: str = ""
+    store: Store,
+    target: Target,
+    *,
+    timeout: float,
+    keep_annotation: str = "",
+    webhook_configuration: str | None = None,
 ) -> Snapshot:
     """Fill `store` with what the webhook reads of the cluster, once; `timeout` (seconds, 0:
-    none) bounds every request."""
+    none) bounds every request. With `webhook_configuration`, read that
+    ValidatingWebhookConfiguration too."""
     configuration = await _configuration(target)
     snapshot = Snapshot()
     api = client.ApiClient(configuration)
@@ -54,6 +63,8 @@ async def read_cluster(
         wanted += list(informers.wanted_resources(store).values())
         essential = {informers.SERVICES.group_kind, informers.NAMESPACES.group_kind}
         await asyncio.gather(*(reader.read(r, essential=r.group_kind in essential) for r in wanted))
+        if webhook_configuration is not None:
+            await reader.read_configuration(webhook_configuration)
     finally:
         await api.close()
     return snapshot
@@ -111,6 +122,31 @@ class _Reader:
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             raise ClusterUnavailable(self._describe(exc, resource)) from None
         self.store.replace_kind(resource.group_kind, items)
+
+    async def read_configuration(self, name: str) -> None:
+        """The policy webhooks' configuration, for what it sends to the webhook (PA-K02); one
+        that cannot be read is a note, never a failure."""
+        path = f"{CONFIGURATIONS}/{name}"
+        try:
+            async with asyncio.timeout(self.seconds or None):
+                found = await kubeapi.request_json(
+                    self.api, "GET", path, timeout=self.seconds or 30.0
+                )
+        except kubeapi.ApiError as exc:
+            if exc.status == 404:
+                self.snapshot.webhook_configuration = {}
+                return
+            self.snapshot.notes.append(
+                f"ValidatingWebhookConfiguration {name} not read ({exc.status} {exc.reason}): "
+                "PA-K02 not judged"
+            )
+            return
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            self.snapshot.notes.append(
+                f"ValidatingWebhookConfiguration {name} not read ({_one_line(exc)}): PA-K02 not judged"
+            )
+            return
+        self.snapshot.webhook_configuration = found
 
     async def _list(self, resource: kubeapi.Resource) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []

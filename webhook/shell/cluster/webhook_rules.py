@@ -23,18 +23,19 @@ from kubernetes_asyncio import client
 
 from webhook.core.model import kinds
 from webhook.core.model import webhook_rules as rules
-from webhook.core.model.refs import ObjectKey
+from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.webhook_rules import PolicyResource
 from webhook.core.state.store import Store
 from webhook.shell.cluster import access, kubeapi
 from webhook.shell.cluster.informers import ClusterSource
+from webhook.shell.cluster.leading import LeadingTask
 from webhook.shell.process.logs import fields
 from webhook.shell.process.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-AGGREGATION_LABEL = "policy-attachment.dev/aggregate-to-policy-webhook"
+AGGREGATION_LABEL = rules.AGGREGATION_LABEL
 SETTLE_SECONDS = 0.5  # a vendor installs its CRDs in one burst: one round after it, not one each
 CONFLICT_RETRY_SECONDS = 0.2
 # Webhooks merge by `name` under a strategic merge patch, and `rules` is replaced whole: the
@@ -42,9 +43,33 @@ CONFLICT_RETRY_SECONDS = 0.2
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
-class WebhookRulesKeeper:
+def policy_resources(
+    store: Store, watched: Mapping[GroupKind, kubeapi.Resource]
+) -> list[PolicyResource]:
+    """The policy kinds with a served CRD, as the informers list them (`watched`)."""
+    policy_kinds = {profile.group_kind for profile in store.policy_kinds()}
+    return sorted(
+        PolicyResource(resource.group, resource.plural, resource.kind)
+        for gk, resource in watched.items()
+        if gk in policy_kinds
+    )
+
+
+async def read_configuration(api: client.ApiClient, name: str, *, timeout: float) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration `name` as the API server has it; {} when there is none."""
+    try:
+        return await kubeapi.request_json(api, "GET", f"{CONFIGURATIONS}/{name}", timeout=timeout)
+    except kubeapi.ApiError as exc:
+        if exc.status != 404:
+            raise
+        return {}
+
+
+class WebhookRulesKeeper(LeadingTask):
     """One round now and then while `set_leading(True)`; `patches` counts since
     start, `readable` holds the last verdict per policy kind (tests, logs)."""
+
+    task_name = "webhook rules"
 
     def __init__(
         self,
@@ -59,6 +84,7 @@ class WebhookRulesKeeper:
         field_manager: str = "policy-webhook",
         request_timeout: float = 10.0,
     ) -> None:
+        super().__init__()
         self.api, self.store, self.source, self.metrics = api, store, source, metrics
         self.configuration = configuration
         self.namespace = namespace  # where the rules review is asked (it needs one)
@@ -69,31 +95,8 @@ class WebhookRulesKeeper:
         self._candidates: dict[PolicyResource, bool] = {}  # what the last rules review said
         self._missing_said = False
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self.patches = 0
         store.subscribe(self._on_change)
-
-    # --- leadership ----------------------------------------------------------------------------
-
-    @property
-    def leading(self) -> bool:
-        return self._task is not None and not self._task.done()
-
-    def set_leading(self, leading: bool) -> None:
-        """Start or stop; safe from LeaderElector callbacks (no await)."""
-        if leading and not self.leading:
-            self._task = asyncio.create_task(self._lead(), name="webhook rules")
-        elif not leading and self._task is not None:
-            self._task.cancel()
-            self._task = None
-            self._forget()
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        self._forget()
 
     def _forget(self) -> None:
         """A replica that stops leading stops speaking for the kinds: the next leader will."""
@@ -139,17 +142,9 @@ class WebhookRulesKeeper:
         resources = self.policy_resources()
         readable = await self._check_readable(resources)
         wanted = [r for r in resources if readable[r]]
-        try:
-            configuration = await kubeapi.request_json(
-                self.api,
-                "GET",
-                f"{CONFIGURATIONS}/{self.configuration}",
-                timeout=self.request_timeout,
-            )
-        except kubeapi.ApiError as exc:
-            if exc.status != 404:
-                raise
-            configuration = {}
+        configuration = await read_configuration(
+            self.api, self.configuration, timeout=self.request_timeout
+        )
         if not rules.managed_webhooks(configuration):
             self._say_missing(bool(configuration))
             return "missing"
@@ -189,13 +184,7 @@ class WebhookRulesKeeper:
         return "patched"
 
     def policy_resources(self) -> list[PolicyResource]:
-        """The policy kinds with a served CRD, as the informers list them."""
-        policy_kinds = {profile.group_kind for profile in self.store.policy_kinds()}
-        return sorted(
-            PolicyResource(resource.group, resource.plural, resource.kind)
-            for gk, resource in self.source.watched().items()
-            if gk in policy_kinds
-        )
+        return policy_resources(self.store, self.source.watched())
 
     # --- who may read what ---------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 The same semantics as client-go's `workqueue` and `flowcontrol` packages, for one event loop:
 a key is queued at most once however often it changes, a key that changes while a worker holds
 it runs again afterwards, a key that keeps failing waits longer each time (capped, never
-dropped), and writes to the API server are spread to a steady rate with a bounded burst. Knows
-nothing of Kubernetes objects beyond their keys.
+dropped), and writes to the API server are spread to a steady rate with a bounded burst. One
+addition: a key can be *held* (`hold`), so that adds within a window coalesce into one run at
+its end. Knows nothing of Kubernetes objects beyond their keys.
 """
 
 from __future__ import annotations
@@ -16,26 +17,62 @@ from collections.abc import Callable
 
 from webhook.core.model.refs import ObjectKey
 
+_PRUNE_HELD_AT = 1024  # held windows kept (at least) before expired ones are swept out
+
 
 class WorkQueue:
     """Keys to reconcile, each at most once in the queue (client-go's workqueue semantics).
 
     A key added while waiting is not queued twice; a key added while a worker holds it is
     queued again when the worker is `done`, so a change during a patch is never lost.
+
+    A held key (`hold`) is not queued when added: one run is scheduled for the end of its
+    window instead, however many adds come meanwhile. Nothing is dropped — the last add of a
+    window is served by that run, which reads the state as it is then — only delayed.
     """
 
     def __init__(self) -> None:
         self._queue: asyncio.Queue[ObjectKey] = asyncio.Queue()
         self._dirty: set[ObjectKey] = set()  # waiting to be processed
         self._processing: set[ObjectKey] = set()
-        self._later: dict[ObjectKey, asyncio.TimerHandle] = {}
+        self._later: dict[ObjectKey, asyncio.TimerHandle] = {}  # retries (`add_after`)
+        self._held: dict[ObjectKey, float] = {}  # key → loop time its window ends
+        self._deferred: dict[ObjectKey, asyncio.TimerHandle] = {}  # adds held to a window's end
+        self._prune_at = _PRUNE_HELD_AT
 
     def add(self, key: ObjectKey) -> None:
+        if key in self._dirty or key in self._deferred:
+            return
+        until = self._held.get(key)
+        if until is not None:
+            loop = asyncio.get_running_loop()
+            if loop.time() < until:
+                self._deferred[key] = loop.call_at(until, self._released, key)
+                return
+            del self._held[key]
+        self._enqueue(key)
+
+    def _enqueue(self, key: ObjectKey) -> None:
         if key in self._dirty:
             return
         self._dirty.add(key)
         if key not in self._processing:
             self._queue.put_nowait(key)
+
+    def hold(self, key: ObjectKey, seconds: float) -> None:
+        """Adds of `key` in the next `seconds` wait for the window's end, then run once."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if len(self._held) > self._prune_at:  # windows of keys never added again: expired
+            self._held = {k: t for k, t in self._held.items() if t > now or k in self._deferred}
+            self._prune_at = max(_PRUNE_HELD_AT, 2 * len(self._held))
+        self._held[key] = max(self._held.get(key, now), now + seconds)
+
+    def _released(self, key: ObjectKey) -> None:
+        # Queued whatever the clock says: a timer may fire a hair before its time.
+        del self._deferred[key]
+        self._held.pop(key, None)
+        self._enqueue(key)
 
     def add_after(self, key: ObjectKey, delay: float) -> None:
         """Add once `delay` seconds have passed (retries with backoff); the earliest wins."""
@@ -55,7 +92,7 @@ class WorkQueue:
 
     def _due(self, key: ObjectKey) -> None:
         self._later.pop(key, None)
-        self.add(key)
+        self.add(key)  # a retry of a held key waits for the window too
 
     async def get(self) -> ObjectKey:
         key = await self._queue.get()
@@ -69,17 +106,19 @@ class WorkQueue:
             self._queue.put_nowait(key)
 
     def clear(self) -> None:
-        for handle in self._later.values():
+        for handle in (*self._later.values(), *self._deferred.values()):
             handle.cancel()
         self._later.clear()
+        self._deferred.clear()
+        self._held.clear()
         self._dirty.clear()
         while not self._queue.empty():
             self._queue.get_nowait()
 
     @property
     def idle(self) -> bool:
-        """Nothing waiting, nothing being worked on, no retry scheduled."""
-        return not self._dirty and not self._processing and not self._later
+        """Nothing waiting, nothing being worked on, no retry or held add scheduled."""
+        return not self._dirty and not self._processing and not self._later and not self._deferred
 
     def __len__(self) -> int:
         return len(self._dirty)
@@ -127,7 +166,11 @@ class ItemBackoff:
 
 
 class TokenBucket:
-    """At most `rate` acquisitions per second on average, `burst` at once (client-go's QPS/burst)."""
+    """At most `rate` acquisitions per second on average, `burst` at once (client-go's QPS/burst).
+
+    `rate` may change at any time (`set_rate`, the adaptive rate's decision); tokens earned
+    so far are kept at the old rate.
+    """
 
     def __init__(
         self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic
@@ -138,11 +181,20 @@ class TokenBucket:
         self._tokens = float(burst)
         self._stamp = clock()
 
+    def set_rate(self, rate: float) -> None:
+        if rate <= 0:
+            raise ValueError(f"need rate > 0, got {rate}")
+        self._refill()
+        self.rate = rate
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+
     async def acquire(self) -> None:
         while True:
-            now = self._clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-            self._stamp = now
+            self._refill()
             if self._tokens >= 1:
                 self._tokens -= 1
                 return

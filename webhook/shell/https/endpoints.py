@@ -17,13 +17,17 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
-from webhook.core.admission import mutation, reviews
+from webhook.core.admission import decisions, mutation, reviews
 from webhook.core.admission import validation as admission
+from webhook.core.annotation.cache import SummaryCache
+from webhook.core.model import kinds
+from webhook.core.model.refs import GroupKind
 from webhook.core.model.settings import Settings
+from webhook.core.rules.findings import Verdict
 from webhook.core.state.store import ClusterView
 from webhook.shell.process import heap
 from webhook.shell.process.logs import fields
@@ -31,6 +35,9 @@ from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
 
 logger = logging.getLogger(__name__)
+# The decision log (SPEC §8.1): its own logger, so that `--log-decisions` alone decides which
+# decisions are written, whatever `--log-level` says of the rest.
+decision_log = logging.getLogger("webhook.decisions")
 
 # etcd refuses objects over 1.5 MB (its default request limit); an UPDATE review carries the
 # object and the oldObject, plus the envelope — so no honest review is bigger than 7 MiB.
@@ -53,8 +60,18 @@ def build_app(
     metrics: Metrics,
     log_bodies: bool = False,
     body_timeout: float = BODY_TIMEOUT,
+    log_decisions: decisions.LogDecisions = decisions.DEFAULT_LOG_DECISIONS,
+    record_event: Callable[[decisions.Decision], None] | None = None,
+    cache: SummaryCache | None = None,
 ) -> web.Application:
-    """The webhook's routes; `server.HttpsServer` puts them behind TLS."""
+    """The webhook's routes; `server.HttpsServer` puts them behind TLS.
+
+    `record_event` takes each denied or warned decision that is not a dry run (SPEC §8.2); it
+    must return at once (cluster mode queues it). None: no Events (no cluster, `--events=false`).
+    `cache` holds the summaries of `view`: /mutate answers from it when the incoming object
+    differs from the stored one only where no summary reads (`mutation.mutate`).
+    """
+    decision_log.setLevel(logging.DEBUG)  # `log_decisions` filters, not the logger's level
     handlers = _Handlers(
         view=view,
         settings=settings,
@@ -62,6 +79,9 @@ def build_app(
         metrics=metrics,
         log_bodies=log_bodies,
         body_timeout=body_timeout,
+        log_decisions=log_decisions,
+        record_event=record_event,
+        cache=cache,
     )
     # A chunked body has no length to check up front: `request.read()` stops it at this size.
     app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -76,9 +96,9 @@ def build_app(
 @dataclass(frozen=True, slots=True)
 class _Outcome:
     response: reviews.Response
-    verdict: str  # allowed | denied | patched
-    rule_ids: Sequence[str] = ()
+    verdict: str  # allowed | warned | denied (/validate); allowed | patched (/mutate)
     findings: Sequence[tuple[str, str]] = ()  # (rule ID, action), for metrics
+    judged: Verdict | None = None  # /validate's, for the decision log and Events
 
 
 class _BodyTooLarge(Exception):
@@ -102,13 +122,19 @@ class _Handlers:
         metrics: Metrics,
         log_bodies: bool,
         body_timeout: float,
+        log_decisions: decisions.LogDecisions,
+        record_event: Callable[[decisions.Decision], None] | None,
+        cache: SummaryCache | None,
     ) -> None:
         self._view = view
+        self._cache = cache  # summaries of `view`: /mutate answers from it when it can
         self._settings = settings
         self._readiness = readiness
         self._metrics = metrics
         self._log_bodies = log_bodies
         self._body_timeout = body_timeout
+        self._log_decisions = log_decisions
+        self._record_event = record_event
 
     # --- admission ---------------------------------------------------------------------------
 
@@ -122,13 +148,15 @@ class _Handlers:
         verdict = admission.validate(review, view=self._view, settings=self._settings)
         return _Outcome(
             reviews.from_verdict(review["uid"], verdict, request=review),
-            "allowed" if verdict.allowed else "denied",
-            verdict.rule_ids,
+            decisions.verdict_name(verdict),
             [(j.finding.rule_id, j.action) for j in verdict.judged],
+            verdict,
         )
 
     def _mutate(self, review: reviews.Request) -> _Outcome:
-        operations = mutation.mutate(review, view=self._view, settings=self._settings)
+        operations = mutation.mutate(
+            review, view=self._view, settings=self._settings, cache=self._cache
+        )
         return _Outcome(
             reviews.patched(review["uid"], operations), "patched" if operations else "allowed"
         )
@@ -172,7 +200,7 @@ class _Handlers:
             self._metrics.observe_admission(endpoint=endpoint, verdict="error", seconds=seconds)
             logger.exception(
                 "admission failed: internal error",
-                extra=fields(**self._describe(review, endpoint, "error", (), seconds)),
+                extra=fields(**self._describe(review, endpoint, seconds)),
             )
             return _http_error(
                 500,
@@ -181,14 +209,64 @@ class _Handlers:
             )
         seconds = time.perf_counter() - started
         self._metrics.observe_admission(
-            endpoint=endpoint, verdict=outcome.verdict, seconds=seconds, findings=outcome.findings
+            endpoint=endpoint,
+            verdict=outcome.verdict,
+            seconds=seconds,
+            findings=outcome.findings,
+            operation=review["operation"],
+            dry_run=review.get("dryRun") is True,
+            kind=self._kind_label(review),
         )
-        described = self._describe(review, endpoint, outcome.verdict, outcome.rule_ids, seconds)
-        if self._log_bodies:
-            described["review"] = review
-            described["response"] = outcome.response
-        logger.info("admission %s", outcome.verdict, extra=fields(**described))
+        self._report(review, outcome, seconds)
         return web.Response(body=encoded, content_type="application/json")
+
+    def _report(self, review: reviews.Request, outcome: _Outcome, seconds: float) -> None:
+        """The decision log line (SPEC §8.1) and the Event (§8.2), each only when wanted: most
+        answers are clean allows, and for those, by default, nothing is built at all."""
+        if outcome.judged is None:  # /mutate: logged as a clean allow is, at DEBUG
+            if decisions.logged("allowed", self._log_decisions):
+                line = decisions.request_fields(review, outcome.verdict, _ms(seconds))
+                line["endpoint"] = "mutate"  # tells it from a /validate line
+                self._write(decisions.DEBUG, f"mutation {outcome.verdict}", line, review, outcome)
+            return
+        verdict = cast(decisions.DecisionVerdict, outcome.verdict)
+        log = decisions.logged(verdict, self._log_decisions)
+        event = (
+            self._record_event is not None
+            and verdict != "allowed"
+            and review.get("dryRun") is not True
+        )
+        if not (log or event):
+            return
+        decision = decisions.decision_of(review, outcome.judged, verdict)
+        if log:
+            line = decisions.log_fields(decision, _ms(seconds))
+            self._write(decisions.LEVELS[verdict], f"admission {verdict}", line, review, outcome)
+        if event and self._record_event is not None:
+            self._record_event(decision)
+
+    def _write(
+        self,
+        level: int,
+        message: str,
+        line: dict[str, Any],
+        review: reviews.Request,
+        outcome: _Outcome,
+    ) -> None:
+        if self._log_bodies:  # an explicit opt-in for debugging: bodies may hold secrets
+            line["review"] = review
+            line["response"] = outcome.response
+        decision_log.log(level, message, extra={"fields": line})
+
+    def _kind_label(self, review: reviews.Request) -> str:
+        """The `kind` label: `Kind.group` of a kind the webhook knows (a Gateway API or core
+        kind, a policy kind of a CRD label, the catalog or the config), `other` otherwise, so
+        that no caller can grow the metric's series by sending made-up kinds."""
+        kind = review["kind"]
+        gk = GroupKind(kind.get("group", ""), kind["kind"])
+        if gk in kinds.NEVER_POLICIES or self._view.profile(gk).known:
+            return str(gk)
+        return "other"
 
     def _rejected(
         self, endpoint: str, started: float, code: int, reason: str, message: str, verdict: str
@@ -199,37 +277,15 @@ class _Handlers:
             "admission call rejected: %s",
             message,
             extra=fields(
-                endpoint=endpoint, verdict=verdict, http_status=code, latency_ms=_ms(seconds)
+                endpoint=endpoint, verdict=verdict, http_status=code, latencyMs=_ms(seconds)
             ),
         )
         return _http_error(code, reason, message)
 
-    def _describe(
-        self,
-        review: reviews.Request,
-        endpoint: str,
-        verdict: str,
-        rule_ids: Sequence[str],
-        seconds: float,
-    ) -> dict[str, Any]:
-        gvk = review["kind"]
-        group = gvk.get("group", "")
-        obj = review.get("object") or review.get("oldObject") or {}
-        metadata = obj.get("metadata")
-        if not isinstance(metadata, dict):
-            metadata = {}
-        described: dict[str, Any] = {
-            "uid": review["uid"],
-            "operation": review["operation"],
-            "kind": f"{gvk['kind']}.{group}" if group else gvk["kind"],
-            "namespace": review.get("namespace") or metadata.get("namespace") or "",
-            "name": review.get("name") or metadata.get("name") or "",
-            "endpoint": endpoint,
-            "verdict": verdict,
-            "rules": list(rule_ids),
-            "latency_ms": _ms(seconds),
-            "dry_run": bool(review.get("dryRun", False)),
-        }
+    def _describe(self, review: reviews.Request, endpoint: str, seconds: float) -> dict[str, Any]:
+        """The fields of an internal error's log line: the request, no verdict to describe."""
+        described = decisions.request_fields(review, "error", _ms(seconds))
+        described["endpoint"] = endpoint
         if review.get("subResource"):
             described["subresource"] = review.get("subResource")
         return described

@@ -65,9 +65,11 @@ class Metrics:
         # --- admission (HTTP server) ---------------------------------------------------------
         self.admission_requests = Counter(
             f"{PREFIX}_admission_requests",
-            "Admission reviews answered, by endpoint and verdict "
-            "(allowed, denied, patched, malformed, too_large, timeout, error).",
-            ["endpoint", "verdict"],
+            "Admission reviews answered, by endpoint, verdict (allowed, warned, denied, patched; "
+            "malformed, too_large, timeout, error), operation, dry_run (true, false) and kind "
+            "(Kind.group of a policy kind or a kind the webhook knows, else other); the last "
+            "three are empty for a review that could not be read.",
+            ["endpoint", "verdict", "operation", "dry_run", "kind"],
             registry=r,
         )
         self.rule_findings = Counter(
@@ -81,6 +83,17 @@ class Metrics:
             "Time from request received to response ready, per admission endpoint.",
             ["endpoint"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
+        # --- Events of denied and warned policy writes (SPEC 8.2) ----------------------------
+        self.events = Counter(
+            f"{PREFIX}_events",
+            "Events of policy writes, by reason (PolicyDenied, PolicyWarned) and outcome: sent "
+            "(a new Event), series (the count of an identical one raised), limited (over the "
+            "per-policy limit), dropped (queue full), failed (the API server refused or did not "
+            "answer).",
+            ["reason", "outcome"],
             registry=r,
         )
 
@@ -159,6 +172,12 @@ class Metrics:
             "Objects whose last annotation patch failed and that wait for their next try.",
             registry=r,
         )
+        self.reconcile_rate = Gauge(
+            f"{PREFIX}_reconcile_rate",
+            "Patches per second the reconciler allows itself now: --reconcile-qps, or less "
+            "after 429s or slow answers from the API server.",
+            registry=r,
+        )
         self.leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica holds the reconciler Lease, else 0.",
@@ -181,6 +200,17 @@ class Metrics:
             registry=r,
         )
 
+        # --- the audit (leader only, SPEC §8.3, §8.5) -----------------------------------------
+        # A series per namespace, rule and result that has findings, none for the others, and
+        # removed when they go: bounded by the findings, not by the namespaces or the rules.
+        self.policy_findings = Gauge(
+            f"{PREFIX}_policy_findings",
+            "Findings in the PolicyReports, by namespace (empty: the ClusterPolicyReport), "
+            "rule ID and result (fail, warn); only where there are some; on the leader only.",
+            ["namespace", "rule", "result"],
+            registry=r,
+        )
+
         # The labelled children of the admission metrics, by label values: `labels()` takes a
         # lock and checks its arguments on every call, several times per admission call, for
         # label sets that are few and never removed.
@@ -193,13 +223,22 @@ class Metrics:
         verdict: str,
         seconds: float,
         findings: Iterable[tuple[str, str]] = (),
+        operation: str = "",
+        dry_run: bool | None = None,
+        kind: str = "",
     ) -> None:
-        """One answered review; `findings` are (rule ID, action) pairs, `off` ones left out."""
-        self._child(self.admission_requests, endpoint, verdict).inc()
+        """One answered review; `findings` are (rule ID, action) pairs, `off` ones left out.
+        `operation`, `dry_run` and `kind` stay empty for a review that could not be read;
+        `kind` is the caller's to bound (one value per kind it was configured for)."""
+        dry = "" if dry_run is None else "true" if dry_run else "false"
+        self._child(self.admission_requests, endpoint, verdict, operation, dry, kind).inc()
         self._child(self.admission_latency, endpoint).observe(seconds)
         for rule_id, action in findings:
             if action != "off":
                 self._child(self.rule_findings, rule_id, action).inc()
+
+    def observe_event(self, *, reason: str, outcome: str) -> None:
+        self._child(self.events, reason, outcome).inc()
 
     def _child(self, metric: Counter | Histogram, *values: str) -> Any:
         """`metric.labels(*values)`, looked up once per label set."""

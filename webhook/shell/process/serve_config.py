@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from webhook.core.admission.decisions import LogDecisions
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServeConfig:
@@ -34,8 +36,10 @@ class ServeConfig:
     no_reconcile: bool
     reconcile_qps: float
     reconcile_burst: int
+    reconcile_workers: int
     resync_seconds: float
     no_sync_webhook_rules: bool
+    no_policy_reports: bool
     webhook_configuration: str
     webhook_rules_sync_seconds: float
     cache_max_objects: int
@@ -43,7 +47,9 @@ class ServeConfig:
     max_state_age_seconds: float
     drain_seconds: float
     shutdown_delay_seconds: float
-    # Logs
+    # Logs and Events
     log_level: str
     log_format: str
     log_bodies: bool
+    log_decisions: LogDecisions
+    events: bool
