@@ -43,3 +43,5 @@ logs.logging.logProcesses
 logs.logging.logMultiprocessing
 # Read by kubernetes-asyncio's REST client on every request: a proxy's credentials (kubeapi).
 Configuration.proxy_headers
+# Read by aiohttp on every request: whether to look up ~/.netrc and proxy variables (kubeapi).
+ClientSession._trust_env

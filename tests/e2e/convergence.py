@@ -26,6 +26,7 @@ from webhook.core.model import kinds
 from webhook.core.model.refs import ObjectKey, key_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
+from webhook.shell.cluster import kubeapi
 from webhook.shell.cluster.kubeapi import connect, request_json
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ def wait_for_annotation(
                     await asyncio.sleep(0.01)
             return done - started, time.monotonic() - started
         finally:
-            await api.close()
+            await kubeapi.close(api)
 
     return asyncio.run(poll())
 

@@ -44,6 +44,7 @@ from convergence import (
 )
 from webhook_harness import WebhookProcess, registered
 
+from webhook.shell.cluster import kubeapi
 from webhook.shell.cluster.kubeapi import connect
 from webhook.shell.https.tls import self_signed
 
@@ -220,7 +221,7 @@ class ForeignWriter:
             ]
             await asyncio.gather(*writers)
         finally:
-            await api.close()
+            await kubeapi.close(api)
 
     async def _write(self, api: Any, path: str) -> None:
         deadline = time.monotonic() + 300  # bounded, whatever happens to the test

@@ -20,6 +20,7 @@ import yaml
 from webhook.core.model import kinds
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.state.store import Store
+from webhook.shell.cluster import kubeapi
 from webhook.shell.cluster.informers import ClusterSource
 from webhook.shell.cluster.kubeapi import connect
 from webhook.shell.process import readiness as ready
@@ -155,7 +156,7 @@ async def running_source(
         async with source:
             yield source
     finally:
-        await api.close()
+        await kubeapi.close(api)
 
 
 def restarts(source: ClusterSource, kind: str) -> float:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from webhook.shell.cluster import kubeapi
 from webhook.shell.cluster.kubeapi import connect
 from webhook.shell.cluster.leader import LeaderElector, micro_time
 from webhook.shell.process.metrics import Metrics
@@ -67,7 +68,7 @@ async def api_for(cluster: LocalCluster) -> AsyncIterator[client.ApiClient]:
     try:
         yield api
     finally:
-        await api.close()
+        await kubeapi.close(api)
 
 
 async def eventually(check: Callable[[], object], timeout: float) -> float:

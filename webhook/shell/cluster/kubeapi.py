@@ -9,6 +9,7 @@ resources), no retries: each caller decides what a failure means for it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -25,16 +26,14 @@ from kubernetes_asyncio import client, config
 from webhook.core.model.refs import CORE_GROUP, GroupKind
 
 JSON = "application/json"
-# The library's own read buffer: a watch event carries a whole object, and etcd takes objects
-# of up to 1.5 MiB, more than aiohttp's default buffer.
-READ_BUFFER = 2**21
+CLOSE_GRACE_SECONDS = 0.25
 
 
 async def connect(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
     """An `ApiClient` for `kubeconfig` if given; else in-cluster; else `KUBECONFIG` or ~/.kube/config.
 
     An explicit path wins over the pod's service account, as with kubectl. The caller owns the
-    client and closes it (`await api.close()`).
+    client and closes it (`await kubeapi.close(api)`).
 
     The environment is read here, once: a proxy named by `HTTPS_PROXY` (unless `NO_PROXY`
     exempts the server) is used when the kubeconfig names none (`proxy-url` wins, as with
@@ -62,6 +61,17 @@ async def connect(kubeconfig: str | None = None, *, context: str | None = None) 
     return api
 
 
+async def close(api: client.ApiClient) -> None:
+    """Close the client, then let its TLS connections finish closing.
+
+    aiohttp shuts a TLS connection down in the background (the TLS close needs a few turns of
+    the event loop); a loop that ends right after `api.close()` leaves those sockets to the
+    garbage collector, unclosed. aiohttp's documentation advises this short wait.
+    """
+    await api.close()
+    await asyncio.sleep(CLOSE_GRACE_SECONDS)
+
+
 def environment_proxy(server: str) -> tuple[str, dict[str, str] | None] | None:
     """The proxy the environment names for `server` (a URL), and the header of its credentials.
 
@@ -85,16 +95,14 @@ def environment_proxy(server: str) -> tuple[str, dict[str, str] | None] | None:
 
 
 def _without_environment_lookups(api: client.ApiClient) -> None:
-    """Swap the client's session for one with `trust_env=False`, on the same connections."""
-    rest = api.rest_client
-    session: aiohttp.ClientSession = rest.pool_manager
-    connector = session.connector
-    session.detach()  # closed without closing the connector, which the new session takes over
-    rest.pool_manager = aiohttp.ClientSession(
-        connector=connector,
-        trust_env=False,
-        read_bufsize=READ_BUFFER,
-    )
+    """Turn off the client's per-request reading of `~/.netrc` and the proxy variables.
+
+    The library builds its session with `trust_env=True` and offers no switch. A second session
+    on the same connector leaked its sockets at close in the end-to-end suite, so the flag of
+    the one session is set instead (aiohttp keeps it in `_trust_env` and reads it per request).
+    """
+    session: aiohttp.ClientSession = api.rest_client.pool_manager
+    session._trust_env = False
 
 
 class ApiError(Exception):

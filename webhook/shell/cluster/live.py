@@ -157,7 +157,7 @@ async def running(
         if elector is not None:
             await elector.stop()  # releases the Lease if we hold it
         await source.stop()
-        await api.close()
+        await kubeapi.close(api)
 
 
 async def _settle_heap(reconciler: Reconciler) -> None:

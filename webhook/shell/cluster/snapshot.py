@@ -66,7 +66,7 @@ async def read_cluster(
         if webhook_configuration is not None:
             await reader.read_configuration(webhook_configuration)
     finally:
-        await api.close()
+        await kubeapi.close(api)
     return snapshot
 
 
