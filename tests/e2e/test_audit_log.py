@@ -22,50 +22,27 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import cluster as cluster_lib
 import provision
 import pytest
-from identities import apply_rbac, service_account_kubeconfig
-from webhook_harness import REPO, WebhookProcess, apply_example_cluster, kubectl, registered
-
-from tests.deploy import kustomizations as k
+from developer import (
+    AS_DEVELOPER,
+    GROUP,
+    MESSAGE,
+    USER,
+    deny_as_developer,
+    wait_for,
+    webhook_for_developer,
+)
+from webhook_harness import REPO, WebhookProcess, kubectl
 
 AUDIT_POLICY = REPO / "docs" / "audit-policy.yaml"
 PAGE = REPO / "docs" / "reviewing-denials.md"
 PREFIX = "policies.policy-attachment.dev/"  # the policy webhook's name (manifests/base)
-USER, GROUP = "jane@example.com", "app-team"
-AS_DEVELOPER = (f"--as={USER}", f"--as-group={GROUP}")
-WRITER = f"""
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: retrypolicy-writer, namespace: apps}}
-rules:
-- apiGroups: [policies.example.com]
-  resources: [retrypolicies]
-  verbs: [create]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: retrypolicy-writer, namespace: apps}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: retrypolicy-writer}}
-subjects:
-- {{apiGroup: rbac.authorization.k8s.io, kind: Group, name: {GROUP}}}
-"""
-DENIED = """
-apiVersion: policies.example.com/v1alpha1
-kind: RetryPolicy
-metadata: {name: retry-everything, namespace: apps}
-spec:
-  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}
-  targetRefs:
-  - {group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}
-  default: {maxRetries: 9}
-"""
 WARNED = """
 apiVersion: policies.example.com/v1alpha1
 kind: RetryPolicy
@@ -85,7 +62,6 @@ spec:
   targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: cart}]
   default: {backoff: {baseInterval: 200ms}}
 """
-MESSAGE = "[PA-S01] spec.targetRef: set together with spec.targetRefs; keep one of them"
 
 
 class Audited:
@@ -117,18 +93,6 @@ class Audited:
         return wait_for(find)
 
 
-T = TypeVar("T")
-
-
-def wait_for(find: Callable[[], T | None], timeout: float = 10.0) -> T:
-    deadline = time.monotonic() + timeout
-    while (found := find()) is None:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"nothing found in {timeout}s")
-        time.sleep(0.1)
-    return found
-
-
 def ours(event: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in (event.get("annotations") or {}).items() if k.startswith(PREFIX)}
 
@@ -157,40 +121,21 @@ def audited(request: pytest.FixtureRequest) -> Iterator[Audited]:
 
 @pytest.fixture(scope="module")
 def webhook(audited: Audited, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookProcess]:
-    local = audited.cluster
     workdir = tmp_path_factory.mktemp("audit")
-    apply_example_cluster(local)
-    apply_rbac(local, k.render("self-managed"))
-    local.apply(WRITER)
-    kubeconfig = service_account_kubeconfig(
-        local, "policy-webhook", "policy-webhook", workdir / "sa.kubeconfig"
-    )
     config = workdir / "config.yaml"
     config.write_text(CONFIG)
-    process = WebhookProcess(
-        local,
-        workdir,
-        name="audit",
-        args=["--kubeconfig", str(kubeconfig), "--config", str(config), "--no-reconcile",
-              "--no-sync-webhook-rules", "--events=false"],
-    )  # fmt: skip
-    process.start()
-    try:
-        with registered(local, process, suffix="audit"):
-            yield process
-    finally:
-        process.stop()
-        print(f"\n[e2e] webhook log: {process.log_path}")
+    args = ("--config", str(config), "--events=false")
+    with webhook_for_developer(audited.cluster, workdir, "audit", *args) as process:
+        yield process
 
 
 def test_a_denied_create_is_audited_with_the_developer_the_refusal_and_why(
     audited: Audited, webhook: WebhookProcess
 ) -> None:
-    done = kubectl(audited.cluster, *AS_DEVELOPER, "create", "-f", "-", input=DENIED)
-    assert done.returncode == 1
+    stderr = deny_as_developer(audited.cluster, "retry-everything")
     assert 'The RetryPolicy "retry-everything" is invalid: spec.targetRef: [PA-S01] set ' in (
-        done.stderr
-    ), done.stderr
+        stderr
+    ), stderr
 
     event = audited.event("create", "retry-everything")
     assert event["level"] == "Metadata" and "requestObject" not in event  # no policy body
@@ -216,9 +161,7 @@ def test_a_denied_create_is_audited_with_the_developer_the_refusal_and_why(
 def test_a_dry_run_denial_is_audited_too_with_dry_run_in_its_uri(
     audited: Audited, webhook: WebhookProcess
 ) -> None:
-    done = kubectl(audited.cluster, *AS_DEVELOPER, "create", "--dry-run=server", "-f", "-",
-                   input=DENIED.replace("retry-everything", "retry-dry"))  # fmt: skip
-    assert done.returncode == 1, done.stdout
+    deny_as_developer(audited.cluster, "retry-dry", "--dry-run=server")
     event = audited.event("create", "retry-dry", dry_run=True)
     assert "dryRun=All" in event["requestURI"]
     assert ours(event)[f"{PREFIX}verdict"] == "denied"
@@ -266,12 +209,6 @@ def test_a_finding_set_to_audit_is_recorded_there_alone_and_a_clean_write_not_at
 # --- the page's queries, over this run's logs -------------------------------------------------
 
 
-def deny_as_developer(audited: Audited, name: str) -> None:
-    done = kubectl(audited.cluster, *AS_DEVELOPER, "create", "-f", "-",
-                   input=DENIED.replace("retry-everything", name))  # fmt: skip
-    assert done.returncode == 1, done.stdout
-
-
 def page_block(marker: str) -> str:
     """The shell block of docs/reviewing-denials.md whose first line is `# <marker>`."""
     text = PAGE.read_text(encoding="utf-8")
@@ -307,7 +244,7 @@ def test_the_pages_command_lists_the_groups_the_audit_policy_must_name(
 def test_the_pages_audit_query_answers_who_was_denied_what_and_why(
     audited: Audited, webhook: WebhookProcess
 ) -> None:
-    deny_as_developer(audited, "retry-asked")
+    deny_as_developer(audited.cluster, "retry-asked")
     audited.event("create", "retry-asked")
     command = jq_of(page_block("who was denied what, and why, in the last hour: the audit log"))
     assert command[-1] == "audit.log"  # the file of --audit-log-path
@@ -328,7 +265,7 @@ def test_the_pages_audit_query_answers_who_was_denied_what_and_why(
 def test_the_pages_decision_log_query_answers_the_same_from_the_webhooks_log(
     audited: Audited, webhook: WebhookProcess
 ) -> None:
-    deny_as_developer(audited, "retry-logged")
+    deny_as_developer(audited.cluster, "retry-logged")
     block = page_block("who was denied what, and why, in the last hour: the decision log")
     assert block.startswith("kubectl logs -n policy-webhook ")
 

@@ -15,90 +15,23 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from identities import apply_rbac, service_account_kubeconfig
-from webhook_harness import WebhookProcess, apply_example_cluster, kubectl, registered
-
-from tests.deploy import kustomizations as k
+from developer import GROUP, USER, deny_as_developer, wait_for, webhook_for_developer
+from webhook_harness import WebhookProcess
 
 if TYPE_CHECKING:
     from cluster import LocalCluster
-
-NAMESPACE = "policy-webhook"  # the shipped ServiceAccount's
-USER, GROUP = "jane@example.com", "app-team"
-AS_DEVELOPER = (f"--as={USER}", f"--as-group={GROUP}")
-WRITER = f"""
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: retrypolicy-writer, namespace: apps}}
-rules:
-- apiGroups: [policies.example.com]
-  resources: [retrypolicies]
-  verbs: [create]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: retrypolicy-writer, namespace: apps}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: retrypolicy-writer}}
-subjects:
-- {{apiGroup: rbac.authorization.k8s.io, kind: Group, name: {GROUP}}}
-"""
-T = TypeVar("T")
-
-
-def broken_policy(name: str) -> str:
-    """`targetRef` and `targetRefs` together: PA-S01, denied by default."""
-    return f"""
-apiVersion: policies.example.com/v1alpha1
-kind: RetryPolicy
-metadata: {{name: {name}, namespace: apps}}
-spec:
-  targetRef: {{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}}
-  targetRefs:
-  - {{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}}
-  default: {{maxRetries: 9}}
-"""
 
 
 @pytest.fixture(scope="module")
 def webhook(
     cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WebhookProcess]:
-    workdir = tmp_path_factory.mktemp("decisions")
-    apply_example_cluster(cluster)
-    apply_rbac(cluster, k.render("self-managed"))
-    cluster.apply(WRITER)
-    kubeconfig = service_account_kubeconfig(
-        cluster, NAMESPACE, "policy-webhook", workdir / "sa.kubeconfig"
-    )
-    process = WebhookProcess(
-        cluster,
-        workdir,
-        name="decisions",
-        args=["--kubeconfig", str(kubeconfig), "--no-reconcile", "--no-sync-webhook-rules"],
-    )
-    process.start()
-    try:
-        with registered(cluster, process, suffix="decisions"):
-            yield process
-    finally:
-        process.stop()
-        print(f"\n[e2e] webhook log: {process.log_path}")
-        cluster.kubectl("delete", "-f", "-", "--ignore-not-found", input=WRITER, check=False)
-
-
-def wait_for(find: Callable[[], T | None], timeout: float = 10.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = find()
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"nothing found in {timeout}s")
-        time.sleep(0.1)
+    with webhook_for_developer(cluster, tmp_path_factory.mktemp("decisions"), "decisions") as hook:
+        yield hook
 
 
 def decision_line(process: WebhookProcess, name: str, *, dry_run: bool) -> dict[str, Any] | None:
@@ -124,18 +57,11 @@ def event_about(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def create_as_developer(cluster: LocalCluster, name: str, *dry_run: str) -> str:
-    done = kubectl(cluster, *AS_DEVELOPER, "create", *dry_run, "-f", "-", input=broken_policy(name))
-    assert done.returncode == 1, done.stdout
-    assert "is invalid: spec.targetRef: [PA-S01]" in done.stderr, done.stderr
-    return str(done.stderr)
-
-
 def test_the_suite_serves_events_v1_and_the_webhook_writes_through_it(
     cluster: LocalCluster, webhook: WebhookProcess
 ) -> None:
     assert "events.k8s.io/v1" in cluster.kubectl("api-versions").stdout.split()
-    create_as_developer(cluster, "retry-probe")
+    deny_as_developer(cluster, "retry-probe")
     wait_for(lambda: event_about(cluster, "retry-probe"))
     messages = [r.get("msg") for r in webhook.log_records()]
     assert "Events are written through events.k8s.io/v1" in messages
@@ -145,7 +71,7 @@ def test_a_denied_create_names_the_developer_in_the_log_and_leaves_an_event(
     cluster: LocalCluster, webhook: WebhookProcess
 ) -> None:
     started = time.monotonic()
-    create_as_developer(cluster, "retry-everything")
+    deny_as_developer(cluster, "retry-everything")
 
     line = wait_for(lambda: decision_line(webhook, "retry-everything", dry_run=False))
     assert (line["level"], line["verdict"], line["operation"]) == ("WARNING", "denied", "CREATE")
@@ -171,9 +97,9 @@ def test_a_denied_create_names_the_developer_in_the_log_and_leaves_an_event(
 def test_the_same_denial_again_raises_the_series_count_of_the_same_event(
     cluster: LocalCluster, webhook: WebhookProcess
 ) -> None:
-    create_as_developer(cluster, "retry-twice")
+    deny_as_developer(cluster, "retry-twice")
     first = wait_for(lambda: event_about(cluster, "retry-twice"))
-    create_as_developer(cluster, "retry-twice")
+    deny_as_developer(cluster, "retry-twice")
 
     def counted_twice() -> dict[str, Any] | None:
         done = cluster.kubectl(
@@ -193,12 +119,12 @@ def test_the_same_denial_again_raises_the_series_count_of_the_same_event(
 def test_a_dry_run_denial_is_logged_and_leaves_no_event(
     cluster: LocalCluster, webhook: WebhookProcess
 ) -> None:
-    create_as_developer(cluster, "retry-dry", "--dry-run=server")
+    deny_as_developer(cluster, "retry-dry", "--dry-run=server")
     line = wait_for(lambda: decision_line(webhook, "retry-dry", dry_run=True))
     assert (line["verdict"], line["user"]) == ("denied", USER)
     # Events leave one queue, in order: once a later denial's Event is there, an Event of the
     # dry run would be there too, had one been queued.
-    create_as_developer(cluster, "retry-after-dry")
+    deny_as_developer(cluster, "retry-after-dry")
     wait_for(lambda: event_about(cluster, "retry-after-dry"))
     assert event_about(cluster, "retry-dry") is None
 
@@ -206,8 +132,8 @@ def test_a_dry_run_denial_is_logged_and_leaves_no_event(
 def test_events_and_decisions_are_counted_in_metrics(
     cluster: LocalCluster, webhook: WebhookProcess
 ) -> None:
-    create_as_developer(cluster, "retry-counted-dry", "--dry-run=server")
-    create_as_developer(cluster, "retry-counted")
+    deny_as_developer(cluster, "retry-counted-dry", "--dry-run=server")
+    deny_as_developer(cluster, "retry-counted")
     wait_for(lambda: event_about(cluster, "retry-counted"))
     status, text = webhook.get("/metrics")
     assert status == 200

@@ -8,7 +8,7 @@
 - certs/install.sh runs against the server: Secret created, caBundle patched into every webhook,
   kept across a re-apply of the manifests, idempotent, and a CA rotation with overlap.
 
-Adaptations for this server, each the smallest that works (see `for_v1_20`):
+Adaptations for this server, each the smallest that works (see `kustomizations.for_v1_20`):
 - PodDisruptionBudget `policy/v1` (v1.21+) is sent as `policy/v1beta1` (same fields here).
 - cert-manager is not installed: minimal stand-in CRDs for Issuer and Certificate (schema-less)
   let the cert-manager overlay's objects through the dry run.
@@ -23,7 +23,6 @@ Adaptations for this server, each the smallest that works (see `for_v1_20`):
 from __future__ import annotations
 
 import base64
-import copy
 import os
 import subprocess
 import sys
@@ -32,9 +31,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import identities
 import pytest
 import yaml
 from cryptography import x509
+
+from tests.deploy import kustomizations as k
 
 if TYPE_CHECKING:
     from cluster import LocalCluster
@@ -56,35 +58,8 @@ RBAC_KINDS = (
 TEST_CONFIG_NAME = "policy-webhook-e2e-deploy"
 INERT_SELECTOR = {"matchLabels": {"policy-attachment.dev/e2e-deploy-never": "true"}}
 
-STAND_IN_CRDS: list[dict[str, Any]] = [
-    {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.cert-manager.io"},
-        "spec": {
-            "group": "cert-manager.io",
-            "scope": "Namespaced",
-            "names": {
-                "kind": kind,
-                "plural": plural,
-                "singular": kind.lower(),
-                "listKind": f"{kind}List",
-            },
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+STAND_IN_CRDS = [
+    k.stand_in_crd("cert-manager.io", kind, plural)
     for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates"))
 ]
 
@@ -98,28 +73,13 @@ def render(cluster: LocalCluster, overlay: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
-def for_v1_20(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same objects in the API versions a v1.20 server serves (policy/v1 came in v1.21)."""
-    adapted = copy.deepcopy(docs)
-    for doc in adapted:
-        if doc["kind"] == "PodDisruptionBudget" and doc["apiVersion"] == "policy/v1":
-            doc["apiVersion"] = "policy/v1beta1"
-    return adapted
-
-
 def to_yaml(docs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
 def can_i(cluster: LocalCluster, verb: str, resource: str, *scope: str) -> bool:
-    result = cluster.kubectl(
-        "auth", "can-i", verb, resource, *scope, f"--as={SERVICE_ACCOUNT}", check=False
-    )
-    answer = result.stdout.strip()
-    assert answer.startswith(("yes", "no")), result.stderr
-    # An unresolved resource is asked about without its group, and "no" would then be vacuous.
-    assert "doesn't have a resource type" not in result.stderr, result.stderr
-    return bool(answer.startswith("yes"))
+    """`kubectl auth can-i` as the webhook's service account (`identities.can_i`)."""
+    return identities.can_i(cluster, SERVICE_ACCOUNT, verb, resource, *scope)
 
 
 def install(cluster: LocalCluster, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -229,7 +189,7 @@ def installed(
 def test_overlay_passes_server_side_dry_run(
     cluster: LocalCluster, rbac_applied: object, cert_manager_stand_in: None, overlay: str
 ) -> None:
-    docs = for_v1_20(render(cluster, overlay))
+    docs = k.for_v1_20(render(cluster, overlay))
     result = cluster.kubectl(
         "apply", "--dry-run=server", "-f", "-", input=to_yaml(docs), check=False
     )

@@ -156,6 +156,11 @@ def test_a_kind_no_webhook_rule_sends_is_pa_k02_in_the_cluster_report(
         }
 
     wait_until(lambda: "retrypolicies.policies.example.com" in unsent(), 20, "PA-K02")
+    # The command reads the same (absent) configuration and says the same, at once.
+    printed = json.loads(_report_command(cluster, "-A", "-o", "json").stdout)
+    (cluster_wide,) = [r for r in printed["reports"] if not r["metadata"].get("namespace")]
+    said = {r["resources"][0]["name"] for r in cluster_wide["results"] if r["policy"] == "PA-K02"}
+    assert "retrypolicies.policies.example.com" in said
 
 
 def test_churn_that_changes_no_finding_rewrites_no_report(

@@ -110,20 +110,22 @@ def test_a_finding_of_a_rule_set_to_audit_is_recorded_though_no_user_sees_it() -
 
 
 @pytest.mark.parametrize(
-    "judged",
+    ("judged", "expected"),
     [
-        verdict((SHAPE, "deny")),
-        verdict((MISSING, "warn")),
-        verdict((MISSING, "audit")),
-        verdict((TYPO, "off")),
-        verdict(),
+        (verdict((SHAPE, "deny"), (MISSING, "warn")), "denied"),
+        (verdict((MISSING, "warn"), (TYPO, "audit")), "warned"),
+        (verdict((MISSING, "audit")), "allowed"),
+        (verdict((TYPO, "off")), "allowed"),
+        (verdict(), "allowed"),
     ],
     ids=["denied", "warned", "audited", "off", "clean"],
 )
-def test_the_verdict_annotation_is_the_decision_logs_verdict(judged: Verdict) -> None:
+def test_the_verdict_annotation_is_the_decision_logs_verdict(
+    judged: Verdict, expected: str
+) -> None:
     logged = decisions.decision_of(request(), judged).verdict
     annotations = reviews.audit_annotations(judged)
-    assert annotations.get("verdict", "allowed") == logged
+    assert annotations.get("verdict", "allowed") == logged == expected
 
 
 def test_values_stay_one_short_line_however_many_and_long_the_findings() -> None:

@@ -10,9 +10,9 @@ import pytest
 
 from tests.fixtures.https import review_of
 from webhook.core.admission import decisions
-from webhook.core.admission.decisions import Cause, LogDecisions
+from webhook.core.admission.decisions import LogDecisions
 from webhook.core.admission.reviews import Request
-from webhook.core.rules.findings import Finding, Judged, Verdict
+from webhook.core.rules.findings import Finding, Judged, Outcome, Verdict
 
 POLICY: dict[str, Any] = {
     "apiVersion": "policies.example.com/v1alpha1",
@@ -104,20 +104,22 @@ def test_a_review_without_user_info_or_with_odd_groups_still_makes_a_line() -> N
     assert decisions.decision_of(review, DENIED).user == ""
     review["userInfo"] = {"username": "u", "groups": "not-a-list"}  # type: ignore[typeddict-item]
     assert decisions.decision_of(review, DENIED).groups == ()
+    review["userInfo"] = {"username": "u", "groups": ["dev", 7, None, "ops"]}  # type: ignore[list-item]
+    assert decisions.decision_of(review, DENIED).groups == ("dev", "ops")
 
 
 def test_a_cause_is_one_line_however_the_finding_was_written() -> None:
     verdict = Verdict((Judged(Finding("PA-S04", "spec.x\ny", "bad\nvalue " + "v" * 900), "deny"),))
     (cause,) = decisions.decision_of(request(), verdict).causes
     assert "\n" not in cause.field + cause.message
-    assert cause == Cause("PA-S04", "spec.x y", cause.message) and len(cause.message) <= 512
+    assert cause == Finding("PA-S04", "spec.x y", cause.message) and len(cause.message) <= 512
 
 
 @pytest.mark.parametrize(
     ("verdict", "level"),
     [("denied", "WARNING"), ("warned", "INFO"), ("allowed", "DEBUG")],
 )
-def test_levels_by_verdict(verdict: decisions.DecisionVerdict, level: str) -> None:
+def test_levels_by_verdict(verdict: Outcome, level: str) -> None:
     import logging  # the shell writes at these numbers: they must be logging's own
 
     assert decisions.LEVELS[verdict] == logging.getLevelName(level)
@@ -135,7 +137,7 @@ def test_levels_by_verdict(verdict: decisions.DecisionVerdict, level: str) -> No
 def test_log_decisions_writes_its_verdicts_and_no_others(
     mode: LogDecisions, written: set[str]
 ) -> None:
-    verdicts: tuple[decisions.DecisionVerdict, ...] = ("denied", "warned", "allowed")
+    verdicts: tuple[Outcome, ...] = ("denied", "warned", "allowed")
     assert {v for v in verdicts if decisions.logged(v, mode)} == written
 
 

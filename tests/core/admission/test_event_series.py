@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from webhook.core.admission import event_series
-from webhook.core.admission.decisions import Cause, Decision
+from webhook.core.admission.decisions import Decision
 from webhook.core.admission.event_series import (
     LIMIT,
     WINDOW,
@@ -18,12 +18,13 @@ from webhook.core.admission.event_series import (
     Regarding,
     occurrence_of,
 )
+from webhook.core.rules.findings import Finding
 
 DENIAL = Decision(
     uid="u1", operation="CREATE", dry_run=False, group="policies.example.com",
     version="v1alpha1", kind="RetryPolicy", namespace="apps", name="retry-everything",
     object_uid="", user="dev", groups=("developers",), verdict="denied",
-    rules=("PA-S01",), causes=(Cause("PA-S01", "spec", "both targetRef and targetRefs are set"),),
+    rules=("PA-S01",), causes=(Finding("PA-S01", "spec", "both targetRef and targetRefs are set"),),
 )  # fmt: skip
 T0 = 1_700_000_000.0
 
@@ -46,8 +47,8 @@ def test_a_denied_policy_write_records_a_policy_denied_event_about_the_policy() 
     )
 
 
-PREVIEW = Cause("PA-C04", "", "changes maxRetries on 2 HTTPRoutes")
-CONFLICT = Cause("PA-C01", "spec.default.retry", "conflicts with apps/other on 1 HTTPRoute")
+PREVIEW = Finding("PA-C04", "", "changes maxRetries on 2 HTTPRoutes")
+CONFLICT = Finding("PA-C01", "spec.default.retry", "conflicts with apps/other on 1 HTTPRoute")
 
 
 def test_a_warned_update_records_a_policy_warned_event_with_the_policys_uid() -> None:
@@ -89,7 +90,7 @@ def test_a_cluster_scoped_policys_event_lives_in_default() -> None:
 
 
 def test_the_note_holds_every_cause_within_1_kib_of_utf8() -> None:
-    causes = tuple(Cause(f"PA-T0{i % 9 + 1}", f"spec.targetRefs[{i}]", "ünïcödé " * 20)
+    causes = tuple(Finding(f"PA-T0{i % 9 + 1}", f"spec.targetRefs[{i}]", "ünïcödé " * 20)
                    for i in range(16))  # fmt: skip
     found = occurrence_of(replace(DENIAL, causes=causes))
     assert found is not None

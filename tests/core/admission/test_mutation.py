@@ -397,3 +397,29 @@ def test_with_or_without_the_cache_the_patch_is_the_same(
         assert json.dumps(with_cache).encode() == json.dumps(without).encode()
     if not read_changes:
         assert cache.hits == 1 and cache.misses == 1, "the shortcut was taken"
+
+
+HTTPS_LISTENER_POLICY = """
+apiVersion: policies.example.com/v1alpha1
+kind: ColorPolicy
+metadata: {name: gw-https, namespace: infra}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: https}]
+  default: {color: green}
+"""
+
+
+def test_a_gateway_whose_listeners_change_is_computed_from_them_even_with_a_cache() -> None:
+    """SPEC §3.1: the listeners as submitted, not as stored (whose value the cache holds)."""
+    store = cluster()
+    store.upsert(*docs(HTTPS_LISTENER_POLICY))
+    cache = SummaryCache(store, SETTINGS)
+    key = ObjectKey("gateway.networking.k8s.io", "Gateway", "infra", "gw")
+    assert colours(cache.get(key) or "") == ["red", "green"]  # stored: the https listener
+    gateway = copy.deepcopy(dict(store.get(key) or {}))
+    gateway["spec"]["listeners"] = [{"name": "web", "port": 8080, "protocol": "HTTP"}]
+    req = request(gateway, operation="UPDATE", kind=(key.group, key.kind), namespace="infra")
+    ops = mutation.mutate(req, view=store, settings=SETTINGS, cache=cache)
+    assert ops == mutation.mutate(req, view=store, settings=SETTINGS)
+    assert colours(applied(gateway, ops)["metadata"]["annotations"][KEY]) == ["red"]
+    assert (cache.hits, cache.misses) == (0, 1), "the cache was asked only above"

@@ -9,14 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given
 
-from tests.fixtures.budget import examples
+from tests.fixtures.budget import whole_clusters
 from tests.fixtures.changes import (
+    CHANGES,
     GROUP,
-    OPS,
     SETTINGS,
+    STARTS,
     TIMES,
     Op,
     annotated,
@@ -26,7 +26,6 @@ from tests.fixtures.changes import (
     gateway_doc,
     grant_doc,
     namespace_doc,
-    policy_docs,
     rebuilt,
     route_doc,
 )
@@ -98,15 +97,8 @@ def selecting_policy(app: str) -> dict[str, Any]:
     start=[GW_POLICY, ("upsert", route_doc("apps", "r2", 4, 0))],
     ops=[("delete", service("apps", "foo")), ("restore", None)],
 )
-@settings(
-    max_examples=examples(150),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    start=st.lists(st.one_of(st.tuples(st.just("upsert"), policy_docs()), OPS), max_size=6),
-    ops=st.lists(OPS, min_size=1, max_size=10),
-)
+@whole_clusters(150)
+@given(start=STARTS, ops=CHANGES)
 def test_cached_summaries_always_equal_a_fresh_computation(start: list[Op], ops: list[Op]) -> None:
     store = base_store()
     for op in start:  # a random cluster to begin with, cached whole before the first change

@@ -4,6 +4,7 @@ at every size cap and after any change, for the cost of the route that changed."
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ from tests.fixtures.changes import (
 from tests.fixtures.engine import route, service
 from webhook.core.annotation import hubs, summary
 from webhook.core.annotation.cache import SummaryCache
-from webhook.core.engine import effective, memo
+from webhook.core.engine import effective, hierarchy, memo
 from webhook.core.model.refs import GATEWAY_GROUP
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
@@ -104,7 +105,7 @@ def test_a_busy_services_value_after_each_route_event_is_the_whole_computations(
 ) -> None:
     """At a cap above the value, within twice it (written whole, then cut), and far below it
     (cut by the sizes alone): the same bytes as the whole computation after every event."""
-    monkeypatch.setattr(hubs, "HUB_ROUTES", 10)
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
     store = busy_store()
     whole = summary.summarize(FOO, store, Settings(annotation_max_bytes=10**9)) or ""
     settings_ = Settings(annotation_max_bytes=int(len(whole) * share))
@@ -121,7 +122,7 @@ def test_a_busy_services_value_after_each_route_event_is_the_whole_computations(
 
 def test_a_route_event_makes_one_piece_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The work of a route event beside 40 routes of the Service: that route's piece alone."""
-    monkeypatch.setattr(hubs, "HUB_ROUTES", 10)
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
     store = busy_store()
     cache = SummaryCache(store, Settings())
     cache.get(FOO)
@@ -155,7 +156,7 @@ def test_after_a_policy_moves_the_whole_value_until_a_route_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A policy that moves drops the pieces; made again only once routes move again."""
-    monkeypatch.setattr(hubs, "HUB_ROUTES", 10)
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
     store = busy_store()
     assert hubs.summarize_in_pieces(FOO, store, Settings()) is None  # no route event yet
     ROUTE_EVENTS[0][1](store)
@@ -201,7 +202,7 @@ def test_values_in_pieces_always_equal_a_fresh_whole_computation(
     """SPEC §5.8 for the pieces as well: with every Service in pieces however few its routes,
     the cache's values equal the whole computation on a fresh store, after every change."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hubs, "HUB_ROUTES", 1)
+        patch.setattr(hierarchy, "PARTS_MIN_ROUTES", 1)
         patch.setattr(memo.StoreMemo, "hub_wanted", lambda self, key: True)  # not only once
         settings_ = Settings(annotation_max_bytes=cap)  # a route moved: pieces wherever they can
         store = base_store()
@@ -220,7 +221,7 @@ def test_the_property_catches_a_hub_that_misses_a_route_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Not vacuous for the pieces: a hub that is never told to forget a route keeps its piece."""
-    monkeypatch.setattr(hubs, "HUB_ROUTES", 1)
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 1)
     monkeypatch.setattr(hubs.Hub, "forget", lambda self, route: None)
     store = busy_store(routes=3)
     cache = SummaryCache(store, Settings())
@@ -235,7 +236,7 @@ def test_the_property_catches_a_hub_that_misses_a_route_event(
 def test_an_edit_of_a_policys_values_keeps_every_piece(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pieces hold where policies attach, not their values: after a value edit the Service's
     value is its boards' again (one per signature), no route's piece made again."""
-    monkeypatch.setattr(hubs, "HUB_ROUTES", 10)
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
     store = busy_store()
     cache = SummaryCache(store, Settings())
     cache.get(FOO)
@@ -260,7 +261,7 @@ def test_the_property_catches_pieces_kept_through_a_policys_move(
 ) -> None:
     """Not vacuous for where policies attach: with the store never saying that a policy moved,
     a policy put on one route of foo is missed by the pieces kept."""
-    monkeypatch.setattr(hubs, "HUB_ROUTES", 1)
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 1)
     stuck = property(lambda store: 0, lambda store, value: None)
     monkeypatch.setattr(Store, "attachment_revision", stuck, raising=False)
     store = busy_store(routes=3)
@@ -274,3 +275,38 @@ def test_the_property_catches_pieces_kept_through_a_policys_move(
     )
     with pytest.raises(AssertionError, match=r"stale cache entry: .*Service.*foo"):
         assert_fresh(cache, store, [FOO])
+
+
+# --- SPEC §3.3 and §5.7 at the real threshold and the default cap -------------------------------
+
+
+def reloaded_in_reverse(store: Store) -> Store:
+    """The same objects, written in the reverse order (policies before their CRDs)."""
+    docs = [copy.deepcopy(dict(o)) for gk in sorted(store.all_kinds()) for o in store.objects(gk)]
+    other = Store()
+    for doc in reversed(docs):
+        other.upsert(doc)
+    return other
+
+
+def test_a_busy_service_in_pieces_keeps_to_16_kib_and_its_bytes_to_no_order() -> None:
+    """300 routes to foo, no threshold moved, the default cap: far over it (cut by the sizes
+    alone), the value from pieces fits 16 KiB, keeps every kind's policies, and is the whole
+    computation's bytes — also for a store that saw the same objects in the reverse order."""
+    first = busy_store(routes=300)
+    second = reloaded_in_reverse(first)
+    values = []
+    for store in (first, second):
+        cache = SummaryCache(store, Settings())
+        cache.get(FOO)
+        ROUTE_EVENTS[0][1](store)  # a route event: from now on in pieces
+        assert hubs.summarize_in_pieces(FOO, store, Settings()) is not None
+        values.append(cache.get(FOO) or "")
+    whole = summary.summarize(FOO, rebuilt(first), Settings(annotation_max_bytes=10**9)) or ""
+    assert len(whole.encode()) > 2 * 16 * 1024
+    assert values[0] == values[1] == summary.summarize(FOO, rebuilt(first), Settings())
+    value = json.loads(values[0])
+    assert len(values[0].encode()) <= 16 * 1024 and value["truncated"] is True
+    assert {k: v["policies"] for k, v in value["policies"].items()} == {
+        k: v["policies"] for k, v in json.loads(whole)["policies"].items()
+    }

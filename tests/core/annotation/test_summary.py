@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -285,3 +287,102 @@ def test_the_value_assembled_from_pieces_is_the_value_dumped_whole() -> None:
         assert value == summary.dump(summary.summary_value(results))
         assert len(pieces) > 0 and summary.pieces_in(value or "", spans) == pieces
     assert summary.assemble({}) == (None, {})
+
+
+# --- cutting to the cap (SPEC §3.3), against an oracle that dumps every candidate ----------------
+
+
+def test_the_cap_is_16_kib_unless_configured() -> None:
+    assert Settings().annotation_max_bytes == 16 * 1024
+
+
+CONTEXT = {"effective": {"n": 1}, "paths": [["Gateway/infra/gw"]]}
+CONTEXTS = st.lists(
+    st.builds(
+        lambda paths, n: {
+            "effective": {"n": n},
+            "paths": [["Gateway/infra/gw", f"HTTPRoute/apps/{p}"] for p in sorted(set(paths))],
+            "sources": {"/n": {"at": "Gateway/infra/gw", "policy": "infra/p", "stanza": "default"}},
+        },
+        st.lists(st.text("abcé", min_size=1, max_size=12), min_size=1, max_size=3),
+        st.integers(0, 10**6),
+    ),
+    max_size=6,
+)
+VALUES = st.dictionaries(
+    st.sampled_from(["ColorPolicy.p.io", "RetryPolicy.p.io", "TimeoutPolicy.p.io"]),
+    st.builds(lambda contexts: {"contexts": contexts, "policies": ["infra/p"]}, CONTEXTS),
+    min_size=1,
+)
+
+
+def without_sources(kinds: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        name: [{k: v for k, v in c.items() if k != "sources"} for c in entry["contexts"]]
+        for name, entry in kinds.items()
+    }
+
+
+def size_without(kinds: dict[str, Any], dropped: int) -> int:
+    """The size of the value without sources and without the last `dropped` contexts (the
+    last kind's last first), dumped whole."""
+    contexts = without_sources(kinds)
+    for name in sorted(contexts, reverse=True):
+        while contexts[name] and dropped:
+            contexts[name].pop()
+            dropped -= 1
+    policies = {n: {"contexts": c, "policies": kinds[n]["policies"]} for n, c in contexts.items()}
+    return len(summary.dump({"version": 1, "policies": policies, "truncated": True}).encode())
+
+
+def assert_cut_right(kinds: dict[str, Any], cap: int, cut: dict[str, Any]) -> None:
+    """What stays is, kind by kind in name order, a prefix of its contexts without sources,
+    every earlier kind whole and every later one empty; within the cap unless nothing is left
+    to drop; and one more context kept would not fit. Each candidate is dumped whole."""
+    assert cut["truncated"] is True and cut["version"] == 1
+    names = sorted(kinds)
+    full = without_sources(kinds)
+    kept = [len(cut["policies"][name]["contexts"]) for name in names]
+    for name, n in zip(names, kept, strict=True):
+        assert cut["policies"][name]["policies"] == kinds[name]["policies"]
+        assert cut["policies"][name]["contexts"] == full[name][:n], "not a prefix"
+    partial = [i for i, name in enumerate(names) if kept[i] < len(full[name])]
+    if partial:
+        assert not any(kept[partial[0] + 1 :]), "a later kind kept contexts"
+    assert len(summary.dump(cut).encode()) <= cap or not any(kept), "over the cap"
+    if partial:
+        i = partial[0]
+        one_more = json.loads(summary.dump(cut))
+        one_more["policies"][names[i]]["contexts"] = full[names[i]][: kept[i] + 1]
+        assert len(summary.dump(one_more).encode()) > cap, "a context dropped that would fit"
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    kinds=VALUES,
+    cap=st.integers(0, 3_000),
+    at=st.integers(0, 12),
+    nudge=st.sampled_from([-1, 0, 1, None]),
+)
+def test_a_value_over_the_cap_loses_sources_then_the_last_contexts_and_no_more(
+    kinds: dict[str, Any], cap: int, at: int, nudge: int | None
+) -> None:
+    """Caps are drawn at random, and at a byte of where a cut would land (a miscount shows)."""
+    if nudge is not None:
+        cap = size_without(kinds, at) + nudge
+    value = {"version": 1, "policies": kinds, "truncated": False}
+    assert_cut_right(kinds, cap, summary.truncated(value, cap))
+
+
+def test_the_cut_property_catches_a_miscounted_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: a cut that counts each context a byte short drops one too many."""
+
+    def short(contexts: Any, total: int, max_bytes: int, size_of: Any) -> int:
+        return real(contexts, total, max_bytes, lambda c: size_of(c) - 1)
+
+    real = summary.drop_to_fit
+    monkeypatch.setattr(summary, "drop_to_fit", short)
+    kinds = {"ColorPolicy.p.io": {"contexts": [CONTEXT] * 3, "policies": ["infra/p"]}}
+    cap = size_without(kinds, 1)
+    with pytest.raises(AssertionError, match="a context dropped that would fit"):
+        assert_cut_right(kinds, cap, summary.truncated({"policies": kinds}, cap))

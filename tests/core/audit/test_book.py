@@ -9,14 +9,14 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given
 
-from tests.fixtures.budget import examples
+from tests.fixtures.budget import whole_clusters
 from tests.fixtures.changes import (
+    CHANGES,
     GROUP,
-    OPS,
     SETTINGS,
+    STARTS,
     TIMES,
     Op,
     apply,
@@ -24,7 +24,6 @@ from tests.fixtures.changes import (
     gateway_doc,
     grant_doc,
     namespace_doc,
-    policy_docs,
     rebuilt,
     route_doc,
 )
@@ -91,15 +90,8 @@ OVER_GW: Op = ("upsert", color("over-gw", "infra", GW, "override"))
 @example(start=[OVER_GW, ON_R1], ops=[("upsert", gateway_doc(["tls"], 0))])  # listeners go
 @example(start=[], ops=[("upsert", picky()), ("relabel", (0, 2))])  # what a selector picks
 @example(start=[ON_R1], ops=[("delete", service("apps", "foo")), ("restore", None)])
-@settings(
-    max_examples=examples(150),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    start=st.lists(st.one_of(st.tuples(st.just("upsert"), policy_docs()), OPS), max_size=6),
-    ops=st.lists(OPS, min_size=1, max_size=10),
-)
+@whole_clusters(150)
+@given(start=STARTS, ops=CHANGES)
 def test_the_book_always_equals_a_fresh_audit(start: list[Op], ops: list[Op]) -> None:
     store = base_store()
     for op in start:

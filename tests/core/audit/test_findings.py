@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fixtures.budget import examples
+from tests.fixtures.budget import whole_clusters
 from tests.fixtures.changes import OPS, Op, apply, base_store, policy_docs
 from tests.fixtures.engine import CLUSTER, CRDS, policy, store_of
 from webhook.core.admission import validation
@@ -46,8 +46,9 @@ RETRY_ON_R = policy("on-r", "HTTPRoute/apps/r", "default: {maxRetries: 3}")
 
 def test_a_clean_policy_has_no_result_and_its_namespace_an_empty_report() -> None:
     store = store_of(CRDS, CLUSTER, RETRY_ON_R)
-    assert results_by_namespace(store) == {"apps": []}
-    document = reports.report("apps", [], now=0)
+    results = results_by_namespace(store)
+    assert results == {"apps": []}
+    document = reports.report("apps", results["apps"], now=0)
     assert document["kind"] == "PolicyReport" and document["metadata"]["namespace"] == "apps"
     assert document["summary"] == {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}
     assert document["results"] == []
@@ -195,11 +196,7 @@ def test_the_impact_preview_is_never_reported() -> None:
 # --- one source of truth: the audit judges as admission does -----------------------------------
 
 
-@settings(
-    max_examples=examples(100),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@whole_clusters(100)
 @given(ops=st.lists(st.one_of(st.tuples(st.just("upsert"), policy_docs()), OPS), max_size=10))
 def test_every_stored_policy_is_judged_as_its_create_against_the_others(ops: list[Op]) -> None:
     store = base_store()

@@ -16,6 +16,7 @@ from webhook.core.audit.kind_findings import KindFacts, audit_kinds
 from webhook.core.model.settings import Settings
 from webhook.core.model.webhook_rules import PolicyResource
 from webhook.core.rules.findings import Finding, Judged
+from webhook.core.rules.ruletable import RULES
 
 
 def result(rule: str = "PA-T06", name: str = "p", message: str = "gone") -> dict[str, Any]:
@@ -78,6 +79,20 @@ def test_a_huge_report_keeps_the_first_results_and_counts_them_all() -> None:
     assert document["summary"]["warn"] == reports.MAX_RESULTS + 5
     assert document["metadata"]["annotations"] == {reports.OMITTED_ANNOTATION: "5"}
     assert len(json.dumps(document)) < 1_000_000  # etcd takes objects up to 1.5 MB
+
+
+def test_every_rule_is_reported_under_one_of_the_five_categories_by_its_letter() -> None:
+    """SPEC §8.3: `category` is Shape, Target, Conflict, Impact or Kind; what a policy does to
+    others (PA-C03…C05) is Impact, policies meeting on one field (PA-C01, PA-C02) Conflict."""
+    by_category: dict[str, set[str]] = {}
+    for rule in RULES:
+        by_category.setdefault(rule.category, set()).add(rule.id)
+    assert set(by_category) == {"Shape", "Target", "Conflict", "Impact", "Kind"}
+    letter = {"Shape": "S", "Target": "T", "Conflict": "C", "Impact": "C", "Kind": "K"}
+    for category, ids in by_category.items():
+        assert {i[3] for i in ids} == {letter[category]}, category
+    assert by_category["Conflict"] == {"PA-C01", "PA-C02"}
+    assert by_category["Impact"] == {"PA-C03", "PA-C04", "PA-C05"}
 
 
 def test_the_findings_gauge_counts_by_rule_and_result() -> None:

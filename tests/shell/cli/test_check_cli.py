@@ -144,12 +144,27 @@ def test_a_denied_policy_on_standard_input_exits_1_with_its_line_in_the_stream()
     assert re.match(r"<stdin>:\d+: RetryPolicy/apps/retry-both-ref-fields DENY", denial)
 
 
-def test_standard_input_and_files_combine() -> None:
-    ran = run(
-        "check", "-", str(BROKEN / "t06-target-does-not-exist.yaml"), stdin=stream_of(CLUSTER)
-    )
+def test_standard_input_and_files_combine(tmp_path: Path) -> None:
+    t06 = BROKEN / "t06-target-does-not-exist.yaml"
+    ran = run("check", "-", str(t06), stdin=stream_of(CLUSTER))
     assert ran.code == 0, ran
     assert "[PA-T06]" not in ran.out or "t06-target-does-not-exist.yaml" in ran.out
+    (warning,) = [line for line in ran.out.splitlines() if "[PA-T06]" in line]
+    assert warning.startswith(f"{t06}:"), warning
+    assert "RetryPolicy/apps/retry-missing-route WARN" in warning
+    # The stream's objects are the state the file's policy is judged against, and its
+    # policies are checked too.
+    on_storefront = tmp_path / "storefront.yaml"
+    policy = GOOD_POLICY.replace("shop", "apps").replace("cart", "storefront")
+    on_storefront.write_text(policy, encoding="utf-8")
+    report = json.loads(
+        run("check", "-o", "json", "-", str(on_storefront), stdin=stream_of(CLUSTER)).out
+    )
+    assert {p["file"] for p in report["policies"]} == {"<stdin>", str(on_storefront)}
+    assert report["duplicates"] == []
+    (mine,) = [p for p in report["policies"] if p["file"] == str(on_storefront)]
+    rules = {f["rule"] for f in mine["findings"]}
+    assert "PA-T06" not in rules and "PA-C01" in rules, rules  # the route and its policy
 
 
 # --- duplicates -----------------------------------------------------------------------------
@@ -337,6 +352,15 @@ def test_exit_codes_are_the_contract(
     ran = run(*args, stdin=stdin)
     assert ran.code == code, ran
     assert message in ran.err, ran
+    no_traceback(ran)
+
+
+def test_a_file_that_is_not_text_is_a_read_error_naming_it(tmp_path: Path) -> None:
+    binary = tmp_path / "image.yaml"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    ran = run("check", str(CLUSTER), str(binary))
+    assert ran.code == 2, ran
+    assert f"{binary}: cannot read" in ran.err, ran
     no_traceback(ran)
 
 

@@ -147,6 +147,7 @@ def test_the_annotation_of_every_example_object_matches_explain(
         (["gatewayclass/acme"], "apps", ObjectKey("gateway.networking.k8s.io", "GatewayClass", "", "acme")),
         (["gw", "gw"], "infra", ObjectKey("gateway.networking.k8s.io", "Gateway", "infra", "gw")),
         (["services/foo"], "apps", ObjectKey("", "Service", "apps", "foo")),
+        (["services.core/foo"], "apps", ObjectKey("", "Service", "apps", "foo")),  # SPEC §1.4: `core` is ""
         (["grpcroutes.gateway.networking.k8s.io/grpc"], "apps", ObjectKey("gateway.networking.k8s.io", "GRPCRoute", "apps", "grpc")),
         (["RetryPolicy", "gw-retry"], "infra", ObjectKey("policies.example.com", "RetryPolicy", "infra", "gw-retry")),
         (["retrypolicies.policies.example.com/gw-retry"], "infra", ObjectKey("policies.example.com", "RetryPolicy", "infra", "gw-retry")),

@@ -64,6 +64,19 @@ def test_the_revision_an_image_build_sets_wins(monkeypatch: pytest.MonkeyPatch) 
     assert info.line().endswith("(git 0123456789ab)")
 
 
+def test_git_is_not_asked_once_the_environment_has_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`version` must answer at once; a git that hangs costs seconds."""
+
+    def no_git(*_: object) -> str | None:
+        raise AssertionError("git was run although the build's revision was known")
+
+    monkeypatch.setenv(build.REVISION_ENV, "0123456789abcdef0123456789abcdef01234567")
+    monkeypatch.setattr(build, "_git", no_git)
+    assert build.build_info().git_commit == "0123456789abcdef0123456789abcdef01234567"
+
+
 # --- config validate ---------------------------------------------------------------------------
 
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from webhook.core.admission.decisions import Cause, Decision
-from webhook.core.admission.event_series import EventSeries, occurrence_of
+from webhook.core.admission.decisions import Decision
+from webhook.core.admission.event_series import EventSeries, Occurrence, occurrence_of
+from webhook.core.rules.findings import Finding
 from webhook.shell.cluster import events, kubeapi
 from webhook.shell.cluster.events import EventRecorder
 from webhook.shell.process.metrics import Metrics
@@ -24,7 +25,7 @@ DENIAL = Decision(
     uid="u1", operation="CREATE", dry_run=False, group="policies.example.com",
     version="v1alpha1", kind="RetryPolicy", namespace="apps", name="retry-everything",
     object_uid="", user="jane", groups=(), verdict="denied", rules=("PA-S01",),
-    causes=(Cause("PA-S01", "spec.targetRef", "set together with spec.targetRefs"),),
+    causes=(Finding("PA-S01", "spec.targetRef", "set together with spec.targetRefs"),),
 )  # fmt: skip
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 EVENTS = "/apis/events.k8s.io/v1/namespaces/apps/events"
@@ -38,8 +39,8 @@ class Response:
 class FakeApi:
     """Scripted answers; a record of every request as (method, path, body)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, events_v1: bool = True) -> None:
-        self.events_v1 = events_v1
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events_v1 = True  # False: discovery of events.k8s.io/v1 answers 404
         self.sent: list[tuple[str, str, Any]] = []
         self.fail_with: kubeapi.ApiError | None = None
         self.missing: set[str] = set()  # Event names that answer 404
@@ -89,8 +90,30 @@ def counted(metrics: Metrics) -> dict[tuple[str, str], float]:
     }
 
 
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    return FakeApi(monkeypatch)
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
 def recorder(metrics: Metrics, clock: Clock, **options: Any) -> EventRecorder:
     return EventRecorder(object(), metrics, instance="webhook-0", clock=clock, **options)  # type: ignore[arg-type]
+
+
+def occurrence_of_denial(decision: Decision = DENIAL) -> Occurrence:
+    """What `record` queues for `decision` (one that records an Event)."""
+    occurrence = occurrence_of(decision)
+    assert occurrence is not None
+    return occurrence
 
 
 def run(coroutine: Coroutine[Any, Any, None]) -> None:
@@ -101,10 +124,8 @@ def run(coroutine: Coroutine[Any, Any, None]) -> None:
 
 
 def test_a_denial_becomes_an_events_v1_event_about_the_policy(
-    monkeypatch: pytest.MonkeyPatch,
+    api: FakeApi, metrics: Metrics, clock: Clock
 ) -> None:
-    api, metrics, clock = FakeApi(monkeypatch), Metrics(), Clock()
-
     async def scenario() -> None:
         hook = recorder(metrics, clock)
         hook.start()
@@ -135,14 +156,11 @@ def test_a_denial_becomes_an_events_v1_event_about_the_policy(
 
 
 def test_an_identical_one_raises_the_series_count_of_the_same_event(
-    monkeypatch: pytest.MonkeyPatch,
+    api: FakeApi, metrics: Metrics, clock: Clock
 ) -> None:
-    api, metrics, clock = FakeApi(monkeypatch), Metrics(), Clock()
-
     async def scenario() -> None:
         hook = recorder(metrics, clock)
-        occurrence = occurrence_of(DENIAL)
-        assert occurrence is not None
+        occurrence = occurrence_of_denial()
         await hook.send(occurrence)
         clock.now = T0 + 90
         await hook.send(occurrence)
@@ -159,19 +177,15 @@ def test_an_identical_one_raises_the_series_count_of_the_same_event(
 
 
 def test_an_update_names_the_policys_uid_and_a_cluster_scoped_one_goes_to_default(
-    monkeypatch: pytest.MonkeyPatch,
+    api: FakeApi, metrics: Metrics, clock: Clock
 ) -> None:
-    api, metrics, clock = FakeApi(monkeypatch), Metrics(), Clock()
-
     async def scenario() -> None:
         hook = recorder(metrics, clock)
         for decision in (
             replace(DENIAL, operation="UPDATE", object_uid="uid-7"),
             replace(DENIAL, namespace="", verdict="warned"),
         ):
-            occurrence = occurrence_of(decision)
-            assert occurrence is not None
-            await hook.send(occurrence)
+            await hook.send(occurrence_of_denial(decision))
 
     run(scenario())
     (_, _, update), (_, path, cluster_scoped) = api.sent
@@ -181,13 +195,12 @@ def test_an_update_names_the_policys_uid_and_a_cluster_scoped_one_goes_to_defaul
     assert "namespace" not in cluster_scoped["regarding"]
 
 
-def test_a_series_whose_event_expired_starts_a_new_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    api, metrics, clock = FakeApi(monkeypatch), Metrics(), Clock()
-
+def test_a_series_whose_event_expired_starts_a_new_event(
+    api: FakeApi, metrics: Metrics, clock: Clock
+) -> None:
     async def scenario() -> None:
         hook = recorder(metrics, clock)
-        occurrence = occurrence_of(DENIAL)
-        assert occurrence is not None
+        occurrence = occurrence_of_denial()
         await hook.send(occurrence)
         api.missing.add(api.sent[0][2]["metadata"]["name"])  # the API server dropped it
         clock.now += 1
@@ -199,13 +212,14 @@ def test_a_series_whose_event_expired_starts_a_new_event(monkeypatch: pytest.Mon
     assert counted(metrics) == {("PolicyDenied", "sent"): 2}
 
 
-def test_a_server_without_events_v1_gets_core_v1_events(monkeypatch: pytest.MonkeyPatch) -> None:
-    api, metrics, clock = FakeApi(monkeypatch, events_v1=False), Metrics(), Clock()
+def test_a_server_without_events_v1_gets_core_v1_events(
+    api: FakeApi, metrics: Metrics, clock: Clock
+) -> None:
+    api.events_v1 = False
 
     async def scenario() -> None:
         hook = recorder(metrics, clock)
-        occurrence = occurrence_of(DENIAL)
-        assert occurrence is not None
+        occurrence = occurrence_of_denial()
         await hook.send(occurrence)
         clock.now += 5
         await hook.send(occurrence)
@@ -226,9 +240,8 @@ def test_a_server_without_events_v1_gets_core_v1_events(monkeypatch: pytest.Monk
 
 
 def test_a_full_queue_drops_and_counts_and_record_never_waits(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    api: FakeApi, metrics: Metrics, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    api, metrics, clock = FakeApi(monkeypatch), Metrics(), Clock()
     caplog.set_level(logging.INFO)
 
     async def scenario() -> None:
@@ -258,9 +271,7 @@ def test_a_full_queue_drops_and_counts_and_record_never_waits(
     assert warnings[-1] == "event recorder stopped"
 
 
-def test_a_dry_run_or_an_allow_queues_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    api, metrics, clock = FakeApi(monkeypatch), Metrics(), Clock()
-
+def test_a_dry_run_or_an_allow_queues_nothing(api: FakeApi, metrics: Metrics, clock: Clock) -> None:
     async def scenario() -> None:
         hook = recorder(metrics, clock)
         hook.start()
@@ -274,15 +285,13 @@ def test_a_dry_run_or_an_allow_queues_nothing(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_failure_is_logged_and_counted_and_the_next_one_is_tried(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    api: FakeApi, metrics: Metrics, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    api, metrics, clock = FakeApi(monkeypatch), Metrics(), Clock()
     caplog.set_level(logging.INFO)
 
     async def scenario() -> None:
         hook = recorder(metrics, clock)
-        occurrence = occurrence_of(DENIAL)
-        assert occurrence is not None
+        occurrence = occurrence_of_denial()
         api.fail_with = kubeapi.ApiError(403, "Forbidden", "cannot create events")
         await hook.send(occurrence)
         await hook.send(occurrence)  # within a minute: counted, not logged again
@@ -297,15 +306,13 @@ def test_a_failure_is_logged_and_counted_and_the_next_one_is_tried(
 
 
 def test_over_the_limit_one_log_line_and_the_rest_only_counted(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    api: FakeApi, metrics: Metrics, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    api, metrics, clock = FakeApi(monkeypatch), Metrics(), Clock()
     caplog.set_level(logging.INFO)
 
     async def scenario() -> None:
         hook = recorder(metrics, clock, series=EventSeries(limit=3))
-        occurrence = occurrence_of(DENIAL)
-        assert occurrence is not None
+        occurrence = occurrence_of_denial()
         for _ in range(8):
             clock.now += 1
             await hook.send(occurrence)

@@ -299,41 +299,34 @@ def test_a_watch_that_ends_at_once_is_not_retried_in_a_hot_loop() -> None:
     run_with_source(fake, scenario)
 
 
+# A Direct policy kind of its own group, for what happens when its resource cannot be listed.
+TINT_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "tints.example.com", "labels": {"gateway.networking.k8s.io/policy": "direct"}},
+    "spec": {"group": "example.com", "scope": "Namespaced",
+             "names": {"kind": "Tint", "plural": "tints"},
+             "versions": [{"name": "v1", "served": True, "storage": True}]},
+}  # fmt: skip
+TINTS = "/apis/example.com/v1/tints"
+
+
 def test_a_policy_kind_whose_crd_is_not_served_yet_does_not_block_the_first_sync() -> None:
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "tints.example.com", "labels": {"gateway.networking.k8s.io/policy": "direct"}},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-                 "names": {"kind": "Tint", "plural": "tints"},
-                 "versions": [{"name": "v1", "served": True, "storage": True}]},
-    }  # fmt: skip
     # A CRD not yet Established: listed by the API server, but its resource answers 404.
-    fake = FakeApiServer(
-        lists=[[([], "10")]], crds=[crd], missing=frozenset({"/apis/example.com/v1/tints"})
-    )
+    fake = FakeApiServer(lists=[[([], "10")]], crds=[TINT_CRD], missing=frozenset({TINTS}))
 
     async def scenario(source: ClusterSource, store: Store, metrics: Metrics) -> None:
         tint = GroupKind("example.com", "Tint")
         assert tint in source.watched()
         assert store.count(tint) == 0
-        await until(lambda: len(fake.queries("/apis/example.com/v1/tints", watch=False)) >= 2)
+        await until(lambda: len(fake.queries(TINTS, watch=False)) >= 2)
 
     run_with_source(fake, scenario)
 
 
 def test_a_kind_refused_403_is_named_until_a_list_of_it_succeeds() -> None:
     """What the audit's PA-K03 reads: RBAC refusing a policy kind, and granting it later."""
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "tints.example.com", "labels": {"gateway.networking.k8s.io/policy": "direct"}},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-                 "names": {"kind": "Tint", "plural": "tints"},
-                 "versions": [{"name": "v1", "served": True, "storage": True}]},
-    }  # fmt: skip
-    tints = "/apis/example.com/v1/tints"
-    fake = FakeApiServer(lists=[[([], "10")]], crds=[crd], refused={tints})
+    fake = FakeApiServer(lists=[[([], "10")]], crds=[TINT_CRD], refused={TINTS})
 
     async def scenario(source: ClusterSource, store: Store, metrics: Metrics) -> None:
         tint = GroupKind("example.com", "Tint")

@@ -24,7 +24,7 @@ from webhook.shell.cluster import kubeapi
 from webhook.shell.cluster import policy_reports as writer_module
 from webhook.shell.cluster.informers import CRDS as CRD_RESOURCE
 from webhook.shell.cluster.policy_reports import PolicyReportWriter
-from webhook.shell.cluster.webhook_rules import CONFIGURATIONS
+from webhook.shell.cluster.webhook_rules import CONFIGURATIONS, WebhookRulesKeeper
 from webhook.shell.process.metrics import Metrics
 
 REPORT_CRDS = "\n---\n".join(
@@ -46,6 +46,7 @@ spec:
 RETRY = kubeapi.Resource("policies.example.com", "v1alpha1", "retrypolicies", "RetryPolicy")
 ON_R = policy("on-r", "HTTPRoute/apps/r", "default: {maxRetries: 3}")
 ON_GW = policy("on-gw", "Gateway/infra/gw", "default: {maxRetries: 1}")
+HOOK = "policies.policy-attachment.dev"
 
 
 class Source:
@@ -118,7 +119,10 @@ class Server:
 
 
 def writer(
-    store: Store, metrics: Metrics | None = None, period: float = 10.0
+    store: Store,
+    metrics: Metrics | None = None,
+    period: float = 10.0,
+    keeper: WebhookRulesKeeper | None = None,
 ) -> PolicyReportWriter:
     return PolicyReportWriter(
         object(),  # type: ignore[arg-type]  # the fake answers every request
@@ -128,6 +132,7 @@ def writer(
         Settings(),
         metrics or Metrics(),
         configuration="policy-webhook",
+        keeper=keeper,
         period=period,
     )
 
@@ -144,6 +149,15 @@ def rules_of(server: Server, namespace: str) -> list[str]:
     found = server.report(namespace)
     assert found is not None, f"no report in {namespace!r}"
     return [r["policy"] for r in found["results"]]
+
+
+def series(metrics: Metrics) -> dict[tuple[str, ...], float]:
+    """The findings gauge (SPEC §8.5): (namespace, rule, result) → value."""
+    return {
+        tuple(s.labels[n] for n in ("namespace", "rule", "result")): s.value
+        for metric in metrics.policy_findings.collect()
+        for s in metric.samples
+    }
 
 
 def test_reports_are_written_once_and_not_again_while_nothing_changes(
@@ -275,24 +289,36 @@ def test_the_findings_gauge_has_series_only_where_there_are_findings(
     metrics = Metrics()
     store = store_of(CRDS, CLUSTER, REPORT_CRDS, ON_R, ON_GW)
     kept = writer(store, metrics)
-
-    def series() -> dict[tuple[str, ...], float]:
-        return {
-            tuple(s.labels[n] for n in ("namespace", "rule", "result")): s.value
-            for metric in metrics.policy_findings.collect()
-            for s in metric.samples
-        }
-
     rounds(kept)
-    assert series() == {}
+    assert series(metrics) == {}
     r = store.delete(route("apps", "r"))
     rounds(kept)
-    assert series() == {("apps", "PA-T06", "warn"): 1.0}
+    assert series(metrics) == {("apps", "PA-T06", "warn"): 1.0}
     assert r is not None
     store.upsert(r)
     rounds(kept)
-    assert series() == {}
-    kept.set_leading(False)
+    assert series(metrics) == {}
+
+
+def test_kind_findings_count_in_the_cluster_series_and_a_replica_that_steps_down_exports_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = Server(monkeypatch)
+    server.configuration = {"webhooks": [{"name": HOOK, "rules": []}]}
+    metrics = Metrics()
+    store = store_of(CRDS, CLUSTER, REPORT_CRDS, ON_R)
+    store.delete(route("apps", "r"))
+    kept = writer(store, metrics)
+    rounds(kept, writer_module.UNSENT_READINGS)
+    assert series(metrics) == {("", "PA-K02", "warn"): 1.0, ("apps", "PA-T06", "warn"): 1.0}
+
+    async def step_down() -> None:
+        kept.set_leading(True)
+        await asyncio.sleep(0)
+        kept.set_leading(False)  # the next leader speaks for the cluster
+
+    asyncio.run(step_down())
+    assert series(metrics) == {}
 
 
 def test_a_kind_left_out_of_the_rules_reading_after_reading_is_pa_k02_one_refused_pa_k03(
@@ -339,3 +365,27 @@ def test_a_refusal_is_warned_once_then_tried_quietly_until_it_passes(
     assert len(warned) == 1 and "RBAC" in warned[0], warned
     assert any(r.getMessage() == "policy reports kept again" for r in caplog.records)
     assert rules_of(server, "apps") == []
+
+
+def test_with_the_rules_keeper_its_reading_serves_and_the_writer_reads_no_configuration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keeper reads the configuration every round; PA-K02 is judged against that reading
+    (the server's own, which sends every kind, is never asked for)."""
+    server = Server(monkeypatch)
+    store = store_of(CRDS, CLUSTER, REPORT_CRDS, ON_R)
+    keeper = WebhookRulesKeeper(
+        object(),  # type: ignore[arg-type]  # never runs a round here
+        store,
+        Source(),  # type: ignore[arg-type]
+        Metrics(),
+        configuration="policy-webhook",
+        namespace="policy-webhook",
+    )
+    kept = writer(store, keeper=keeper)
+    rounds(kept, writer_module.UNSENT_READINGS)
+    assert rules_of(server, "") == []  # the keeper has read nothing yet: nothing said
+    keeper.configuration_read = {"webhooks": [{"name": HOOK, "rules": []}]}
+    rounds(kept, writer_module.UNSENT_READINGS)
+    assert rules_of(server, "") == ["PA-K02"]
+    assert [p for _, p in server.requests if p.startswith(CONFIGURATIONS)] == []

@@ -149,6 +149,13 @@ def base_store() -> Store:
     return store
 
 
+def colored_store() -> Store:
+    """The base objects and a ColorPolicy on the Gateway: three objects to annotate."""
+    store = base_store()
+    store.upsert(color("red"))
+    return store
+
+
 Scenario = Callable[[Reconciler, Store, FakeApiServer], Awaitable[None]]
 
 
@@ -190,8 +197,7 @@ async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 
 def test_the_patch_sets_only_our_annotation_with_a_field_manager_and_a_precondition() -> None:
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         reconciler.set_leading(True)
@@ -219,8 +225,7 @@ def test_the_patch_sets_only_our_annotation_with_a_field_manager_and_a_precondit
 def test_passed_is_set_once_the_first_pass_has_computed_every_annotation() -> None:
     """`live` settles the heap on it (webhook/shell/process/heap.py): it must not come early."""
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         assert not reconciler.passed.is_set()
@@ -287,8 +292,7 @@ def test_nothing_happens_while_not_leading_and_leading_resyncs_everything() -> N
 def test_no_patch_before_the_first_full_sync() -> None:
     """A half-listed cluster (routes seen, policies not yet) would strip right annotations."""
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         reconciler.ready = synced = asyncio.Event()
@@ -358,8 +362,7 @@ def test_the_token_bucket_allows_a_burst_then_the_rate() -> None:
 
 def test_a_conflict_is_retried_with_the_resource_version_the_watch_brings() -> None:
     fake = FakeApiServer(script=[409])
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         for key in (ROUTE, SVC):  # right already: only the Gateway needs a patch
@@ -382,8 +385,7 @@ def test_a_conflict_is_retried_with_the_resource_version_the_watch_brings() -> N
 
 def test_a_404_drops_the_key_without_an_error() -> None:
     fake = FakeApiServer(script=[404, 404, 404])
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         reconciler.set_leading(True)
@@ -518,8 +520,7 @@ def test_a_retry_scheduled_twice_keeps_the_earliest_and_can_be_cancelled() -> No
 @pytest.mark.parametrize("value", [None, "a stale value"])
 def test_someone_editing_our_annotation_gets_it_put_back(value: str | None) -> None:
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         right = reconciler.cache.get(GW)
@@ -558,8 +559,7 @@ def test_the_echo_of_a_patch_arriving_before_its_answer_is_not_queued_again() ->
     """`_sent` is written before the request: the watch may bring our patch back before the
     API server's answer does, and that event must be known as ours (no second pass)."""
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
     objects = {"/gateways/gw": (GW, gateway), "/httproutes/r": (ROUTE, route)}
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
@@ -627,15 +627,14 @@ def test_a_costly_key_changed_again_and_again_is_computed_once_per_window_and_en
     window (each reaching the Gateway, the route and the Service) make one computation and one
     patch per object at the window's end, with the last edit's value."""
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         reconciler.set_leading(True)
         await until(lambda: len(fake.patches) == 3)  # the first pass: each object computed once
         computed = counting_computations(reconciler)
         started = time.monotonic()
-        await edits_in_a_row(store, 6, every=0.03)
+        await edits_in_a_row(store, 6, every=0.01)  # 0.06 s of a 0.5 s window
         assert computed == {}, "held: nothing computed within the window"
         assert await reconciler.wait_idle(5)
         assert time.monotonic() - started >= 0.3
@@ -650,18 +649,21 @@ def test_a_costly_key_changed_again_and_again_is_computed_once_per_window_and_en
 
 
 def test_cheap_keys_are_not_held() -> None:
-    """The control for the test above: the same edits, nothing costly, one pass per edit."""
+    """The control for the test above: the same edits, nothing costly, one pass per edit —
+    each edit's three patches awaited before the next edit (no timing to race with)."""
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         reconciler.set_leading(True)
         await until(lambda: len(fake.patches) == 3)
         computed = counting_computations(reconciler)
-        await edits_in_a_row(store, 6, every=0.03)
+        for n in range(6):
+            store.upsert(color(f"shade-{n}"))
+            await until(lambda done=3 * (n + 2): len(fake.patches) >= done)  # type: ignore[misc]
         assert await reconciler.wait_idle(5)
         assert computed[SVC] >= 4 and len(fake.patches) >= 3 + 12
+        assert computed == {GW: 6, ROUTE: 6, SVC: 6} and len(fake.patches) == 3 + 18
         assert reconciler.holds == 0
 
     run(fake, scenario, store, hot_after=10.0)
@@ -669,8 +671,7 @@ def test_cheap_keys_are_not_held() -> None:
 
 def test_a_held_key_that_is_deleted_meanwhile_is_not_patched() -> None:
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         reconciler.set_leading(True)
@@ -690,19 +691,20 @@ def test_computations_never_run_back_to_back_without_a_pass_of_the_loop() -> Non
     """Four workers, each with a costly value to compute: between two computations the loop
     runs other tasks (admission), so none of them waits behind more than one computation."""
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
     cost = 0.05
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         compute = reconciler.cache._computed
 
         def costly(key: ObjectKey) -> Any:
+            passes_at.append(len(gaps))  # how often the other task had run by then
             time.sleep(cost)  # a hub's summary, synchronous as the core is
             return compute(key)
 
         reconciler.cache._computed = costly  # type: ignore[method-assign]
         gaps: list[float] = []
+        passes_at: list[int] = []
 
         async def admission_like() -> None:
             last = time.perf_counter()
@@ -716,6 +718,8 @@ def test_computations_never_run_back_to_back_without_a_pass_of_the_loop() -> Non
         reconciler.set_leading(True)
         await until(lambda: len(fake.patches) == 3)
         probe.cancel()
+        # Counted, not timed: the other task ran between every two computations.
+        assert len(passes_at) == 3 and passes_at == sorted(set(passes_at)), passes_at
         assert max(gaps) < 1.8 * cost, f"the loop was held {max(gaps):.3f} s at once"
 
     run(fake, scenario, store, workers=4)
@@ -740,8 +744,7 @@ def test_a_429_lowers_the_rate_and_the_patch_is_retried() -> None:
 
 def test_many_patches_are_in_flight_at_once_with_many_workers() -> None:
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
     in_flight = [0, 0]  # now, most
 
     async def slow(path: str, body: dict[str, Any]) -> None:
@@ -763,8 +766,7 @@ def test_many_patches_are_in_flight_at_once_with_many_workers() -> None:
 
 def test_with_no_turn_at_all_every_computation_waits_for_the_loop_and_still_ends() -> None:
     fake = FakeApiServer()
-    store = base_store()
-    store.upsert(color("red"))
+    store = colored_store()
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         reconciler.set_leading(True)

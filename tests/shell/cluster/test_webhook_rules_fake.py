@@ -9,6 +9,8 @@ with a real token and RBAC, is tests/e2e/test_policy_groups.py.
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import logging
 from typing import Any
 
@@ -54,8 +56,13 @@ class Source:
 
 
 class Response:
+    """A PATCH's answer: the whole object as the API server now stores it."""
+
+    def __init__(self, stored: dict[str, Any]) -> None:
+        self.body = json.dumps(stored).encode()
+
     async def read(self) -> bytes:
-        return b"{}"
+        return self.body
 
     def release(self) -> None:
         pass
@@ -97,7 +104,7 @@ class Fake:
         assert (method, path) == ("GET", f"{keeper_module.CONFIGURATIONS}/policy-webhook")
         if self.configuration is None:
             raise kubeapi.ApiError(404, "NotFound", "not found")
-        return self.configuration
+        return copy.deepcopy(self.configuration)
 
     async def open_request(
         self, api: object, method: str, path: str, *, body: Any, content_type: str, **_: Any
@@ -110,7 +117,7 @@ class Fake:
             for hook in self.configuration["webhooks"]:  # type: ignore[index]
                 if hook["name"] == change["name"]:
                     hook["rules"] = change["rules"]
-        return Response()
+        return Response(self.configuration)  # type: ignore[arg-type]
 
 
 def keeper(metrics: Metrics | None = None) -> WebhookRulesKeeper:
@@ -137,7 +144,11 @@ def test_a_readable_kind_is_patched_in_once_then_left_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fake = Fake(monkeypatch)
-    assert rounds(keeper(), 3) == ["patched", "unchanged", "unchanged"]
+    kept = keeper()
+    assert rounds(kept, 1) == ["patched"]
+    # What the PolicyReport writer judges PA-K02 against: the rules as patched, not as read.
+    assert kept.configuration_read == fake.configuration
+    assert rounds(kept, 2) == ["unchanged", "unchanged"]
     (patch,) = fake.patches
     assert patch["metadata"] == {"resourceVersion": "7"}
     assert [h["name"] for h in patch["webhooks"]] == [
@@ -220,3 +231,4 @@ def test_stepping_down_forgets_the_kinds(monkeypatch: pytest.MonkeyPatch) -> Non
     asyncio.run(lead_then_stop())
     assert b"policy_webhook_policy_kind_readable{" not in metrics.render()
     assert kept.readable == {}
+    assert kept.configuration_read is None

@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fixtures.https import RunningWebhook, policy, review_of
+from tests.fixtures.https import RunningWebhook, policy, review_of, write_pair
 from webhook.core.admission.decisions import Decision, LogDecisions
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+from webhook.shell.https import endpoints
+from webhook.shell.https.tls import ReloadingTLS
 from webhook.shell.process.logs import JsonFormatter
 from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.readiness import Readiness
 
 BROKEN = policy("""
 apiVersion: policies.example.com/v1alpha1
@@ -220,3 +228,57 @@ def test_requests_are_counted_by_verdict_operation_dry_run_and_a_bounded_kind(
         labels("warned", "false", "other"): 1,  # a kind nobody configured: never its own series
         labels("malformed", "", "", ""): 1,
     }
+
+
+def test_mutate_requests_are_counted_by_operation_dry_run_and_the_kind_they_annotate(
+    run: Callable[..., RunningWebhook],
+) -> None:
+    metrics = Metrics()
+    hook = run(metrics=metrics)
+    hook.post_review("/mutate", review(ROUTE, "created"))
+    updated = review_of(ROUTE, operation="UPDATE", old=ROUTE, uid="updated", dry_run=True)
+    hook.post_review("/mutate", updated)
+
+    def labels(operation: str, dry_run: str) -> Any:
+        return (("dry_run", dry_run), ("endpoint", "mutate"),
+                ("kind", "HTTPRoute.gateway.networking.k8s.io"), ("operation", operation),
+                ("verdict", "allowed"))  # fmt: skip
+
+    # No policy reaches the route: nothing to patch, so `allowed`.
+    assert admission_samples(metrics) == {labels("CREATE", "false"): 1, labels("UPDATE", "true"): 1}
+
+
+ANYTHING_CRD = policy("""
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: anythings.made.up.example
+  labels: {gateway.networking.k8s.io/policy: direct}
+spec:
+  group: made.up.example
+  scope: Namespaced
+  names: {kind: Anything, plural: anythings}
+  versions: [{name: v1, served: true, storage: true}]
+""")
+
+
+def test_a_kind_that_a_crd_makes_known_later_gets_its_own_series_from_then_on(
+    serving_cert: trustme.LeafCert, client_context: ssl.SSLContext, tmp_path: Path
+) -> None:
+    """Known kinds' labels are remembered; an unknown kind is asked again on its next review."""
+    store, metrics = Store(), Metrics()
+    tls = ReloadingTLS(*write_pair(serving_cert, tmp_path), poll_interval=0)
+
+    def app(readiness: Readiness) -> Any:
+        return endpoints.build_app(
+            view=store, settings=Settings(), readiness=readiness, metrics=metrics
+        )
+
+    made_up = {**EARLY, "apiVersion": "made.up.example/v1", "kind": "Anything"}
+    with RunningWebhook(app, tls, client_context) as hook:
+        hook.post_review("/validate", review(made_up, "before"))
+        store.upsert(ANYTHING_CRD)  # between two reviews: none is being answered
+        hook.post_review("/validate", review(made_up, "after"))
+        hook.post_review("/validate", review(made_up, "again"))
+    kinds = {dict(labels)["kind"]: count for labels, count in admission_samples(metrics).items()}
+    assert kinds == {"other": 1, "Anything.made.up.example": 2}

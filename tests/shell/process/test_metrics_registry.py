@@ -87,3 +87,26 @@ def test_repeated_answers_add_up_on_one_series_per_label_set() -> None:
     assert got[(findings, (("action", "warn"), ("rule", "PA-C04")))] == 3
     count = "policy_webhook_admission_duration_seconds_count"
     assert got[(count, (("endpoint", "validate"),))] == 3
+
+
+def test_the_metrics_of_spec_8_5_have_their_names_labels_and_types() -> None:
+    metrics = Metrics()
+    metrics.observe_admission(
+        endpoint="validate", verdict="warned", seconds=0.001, operation="UPDATE",
+        dry_run=True, kind="RetryPolicy.policies.example.com",
+    )  # fmt: skip
+    metrics.observe_event(reason="PolicyWarned", outcome="series")
+    metrics.policy_findings.labels(namespace="apps", rule="PA-T06", result="warn").set(2)
+    got = samples(metrics)
+    assert got[("policy_webhook_admission_requests_total",
+                (("dry_run", "true"), ("endpoint", "validate"),
+                 ("kind", "RetryPolicy.policies.example.com"), ("operation", "UPDATE"),
+                 ("verdict", "warned")))] == 1  # fmt: skip
+    assert got[("policy_webhook_events_total",
+                (("outcome", "series"), ("reason", "PolicyWarned")))] == 1  # fmt: skip
+    assert got[("policy_webhook_policy_findings",
+                (("namespace", "apps"), ("result", "warn"), ("rule", "PA-T06")))] == 2  # fmt: skip
+    types = {f.name: f.type for f in text_string_to_metric_families(metrics.render().decode())}
+    assert types["policy_webhook_admission_requests"] == "counter"
+    assert types["policy_webhook_events"] == "counter"
+    assert types["policy_webhook_policy_findings"] == "gauge"

@@ -15,9 +15,8 @@ from typing import Any, Literal
 from webhook.core.admission.reviews import Request
 from webhook.core.model import kinds, meta
 from webhook.core.model.refs import GroupKind
-from webhook.core.rules.findings import Outcome, Verdict, one_line
+from webhook.core.rules.findings import Finding, Outcome, Verdict, one_line
 
-DecisionVerdict = Outcome  # SPEC §8.1 `verdict`
 LogDecisions = Literal["denied", "warned", "all", "none"]
 LOG_DECISIONS: tuple[LogDecisions, ...] = ("denied", "warned", "all", "none")
 DEFAULT_LOG_DECISIONS: LogDecisions = "warned"
@@ -25,19 +24,10 @@ DEFAULT_LOG_DECISIONS: LogDecisions = "warned"
 # SPEC §8.1: denials at WARNING, warnings at INFO, clean allows at DEBUG. The numbers are the
 # standard library's logging levels (DEBUG 10, INFO 20, WARNING 30), fixed since Python 2.3.
 DEBUG, INFO, WARNING = 10, 20, 30
-LEVELS: Mapping[DecisionVerdict, int] = {"denied": WARNING, "warned": INFO, "allowed": DEBUG}
+LEVELS: Mapping[Outcome, int] = {"denied": WARNING, "warned": INFO, "allowed": DEBUG}
 # `--log-decisions`: the least level written. `none` is above every level logging has.
 THRESHOLDS: Mapping[LogDecisions, int] = {"denied": WARNING, "warned": INFO, "all": DEBUG,
                                           "none": 100}  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class Cause:
-    """One finding the user was told about: a denial or a warning."""
-
-    rule: str
-    field: str
-    message: str  # without the `[PA-XXX]` prefix: `rule` carries it
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +45,11 @@ class Decision:
     object_uid: str  # the stored object's; "" on a CREATE
     user: str
     groups: tuple[str, ...]
-    verdict: DecisionVerdict
+    verdict: Outcome  # SPEC §8.1 `verdict`
     rules: tuple[str, ...]
-    causes: tuple[Cause, ...]  # denials first, then warnings; () for a clean allow
+    # What the user was told, each field and message on one line: denials first, then
+    # warnings, each in rule order; () for an allow (audited findings reach no user).
+    causes: tuple[Finding, ...]
 
     @property
     def group_kind(self) -> GroupKind:
@@ -66,7 +58,7 @@ class Decision:
     @property
     def kind_group(self) -> str:
         """`Kind.group`, or `Kind` alone for the core group (as `kubectl get` spells it)."""
-        return f"{self.kind}.{self.group}" if self.group else self.kind
+        return str(self.group_kind)
 
     @property
     def is_policy_write(self) -> bool:
@@ -74,25 +66,16 @@ class Decision:
         return self.group_kind not in kinds.NEVER_POLICIES
 
 
-def verdict_name(verdict: Verdict) -> DecisionVerdict:
-    """`denied`, `warned` or `allowed`: `Verdict.outcome`, which the audit annotations share."""
-    return verdict.outcome
-
-
-def logged(verdict: DecisionVerdict, log_decisions: LogDecisions) -> bool:
+def logged(verdict: Outcome, log_decisions: LogDecisions) -> bool:
     """Whether `--log-decisions` writes a decision with this verdict."""
     return LEVELS[verdict] >= THRESHOLDS[log_decisions]
 
 
-def decision_of(
-    request: Request, verdict: Verdict, name: DecisionVerdict | None = None
-) -> Decision:
-    """The decision `verdict` made on `request`; `name` is `verdict_name(verdict)` when the
-    caller has it already."""
+def decision_of(request: Request, verdict: Verdict) -> Decision:
+    """The decision `verdict` made on `request`."""
     kind = request["kind"]
-    obj = request.get("object") or request.get("oldObject")
+    namespace, name = _named(request)
     user = request.get("userInfo") or {}
-    name = name or verdict_name(verdict)
     return Decision(
         uid=request["uid"],
         operation=request["operation"],
@@ -100,14 +83,14 @@ def decision_of(
         group=kind.get("group", ""),
         version=kind.get("version", ""),
         kind=kind["kind"],
-        namespace=request.get("namespace") or meta.namespace(obj),
-        name=request.get("name") or meta.name(obj),
+        namespace=namespace,
+        name=name,
         object_uid=_uid_of(request),
         user=_text(user.get("username")),
         groups=_texts(user.get("groups")),
-        verdict=name,
+        verdict=verdict.outcome,
         rules=verdict.rule_ids,
-        causes=_causes(verdict) if name != "allowed" else (),
+        causes=_causes(verdict),
     )
 
 
@@ -128,7 +111,7 @@ def log_fields(decision: Decision, latency_ms: float) -> dict[str, Any]:
     }
     if decision.causes:
         fields["causes"] = [
-            {"rule": c.rule, "field": c.field, "message": c.message} for c in decision.causes
+            {"rule": c.rule_id, "field": c.field, "message": c.message} for c in decision.causes
         ]
     fields["latencyMs"] = latency_ms
     return fields
@@ -138,28 +121,30 @@ def request_fields(request: Request, verdict: str, latency_ms: float) -> dict[st
     """The §8.1 fields that mean something without a judged verdict: a `/mutate` decision
     (`patched` or `allowed`), an internal error."""
     kind = request["kind"]
-    obj = request.get("object") or request.get("oldObject")
-    user = request.get("userInfo") or {}
-    group = kind.get("group", "")
+    namespace, name = _named(request)
     return {
         "uid": request["uid"],
         "operation": request["operation"],
         "dryRun": request.get("dryRun") is True,
-        "kind": f"{kind['kind']}.{group}" if group else kind["kind"],
-        "namespace": request.get("namespace") or meta.namespace(obj),
-        "name": request.get("name") or meta.name(obj),
-        "user": _text(user.get("username")),
+        "kind": str(GroupKind(kind.get("group", ""), kind["kind"])),
+        "namespace": namespace,
+        "name": name,
+        "user": _text((request.get("userInfo") or {}).get("username")),
         "verdict": verdict,
         "latencyMs": latency_ms,
     }
 
 
-def _causes(verdict: Verdict) -> tuple[Cause, ...]:
-    judged = [j for j in verdict.judged if j.action in ("deny", "warn")]
-    judged.sort(key=lambda j: j.action != "deny")  # stable: denials first, each in rule order
+def _named(request: Request) -> tuple[str, str]:
+    """(namespace, name): the request's, else its object's (a DELETE has only `oldObject`)."""
+    obj = request.get("object") or request.get("oldObject")
+    return request.get("namespace") or meta.namespace(obj), request.get("name") or meta.name(obj)
+
+
+def _causes(verdict: Verdict) -> tuple[Finding, ...]:
     return tuple(
-        Cause(j.finding.rule_id, one_line(j.finding.field), one_line(j.finding.message))
-        for j in judged
+        Finding(f.rule_id, one_line(f.field), one_line(f.message))
+        for f in (*verdict.denials, *verdict.warnings)
     )
 
 
@@ -175,8 +160,7 @@ def _text(value: object) -> str:
 
 
 def _texts(values: object) -> tuple[str, ...]:
-    if type(values) is list and all(type(v) is str for v in values):
-        return tuple(values)  # what the API server sends
-    if not isinstance(values, Sequence) or isinstance(values, str):
+    """The strings of a list (the API server sends `groups` as one); () for anything else."""
+    if isinstance(values, str) or not isinstance(values, Sequence):
         return ()
     return tuple(v for v in values if isinstance(v, str))

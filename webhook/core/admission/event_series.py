@@ -63,16 +63,13 @@ def occurrence_of(decision: Decision) -> Occurrence | None:
     reason = REASONS.get(decision.verdict)
     if reason is None or decision.dry_run or not decision.is_policy_write:
         return None
-    if all(cause.rule in PREVIEW_RULES for cause in decision.causes):
+    if all(cause.rule_id in PREVIEW_RULES for cause in decision.causes):
         return None
     api_version = f"{decision.group}/{decision.version}" if decision.group else decision.version
     regarding = Regarding(
         api_version, decision.kind, decision.namespace, decision.name, decision.object_uid
     )
-    note = "; ".join(
-        f"[{c.rule}] {c.field}: {c.message}" if c.field else f"[{c.rule}] {c.message}"
-        for c in decision.causes
-    )
+    note = "; ".join(cause.text for cause in decision.causes)
     return Occurrence(
         decision.namespace or CLUSTER_SCOPED_NAMESPACE, regarding, reason, cut_bytes(note)
     )

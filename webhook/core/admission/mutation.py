@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.admission.reviews import Request
-from webhook.core.annotation import dependencies, summary
+from webhook.core.annotation import summary
 from webhook.core.annotation.cache import SummaryCache
 from webhook.core.model import kinds, pointer
 from webhook.core.model.refs import GroupKind, ObjectKey, group_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import ClusterView
-from webhook.core.state.trim import trim
+from webhook.core.state.trim import relevant, trim
 
 MAX_NAME = 253  # a DNS subdomain: the longest name of any object we annotate
 MAX_NAMESPACE = 63  # a DNS label
@@ -63,12 +63,12 @@ def unchanged_for_summaries(key: ObjectKey, incoming: Mapping[str, Any], view: C
     """Whether `view` holds `key` as `incoming` in everything a summary reads.
 
     Both trimmed as the informers trim what they store (the store may hold either form),
-    then compared without what no summary reads (`dependencies.relevant`).
+    then compared without what no summary reads (`trim.relevant`).
     """
     stored = view.get(key)
     if stored is None:
         return False
-    return dependencies.relevant(trim(incoming)) == dependencies.relevant(trim(stored))
+    return relevant(trim(incoming)) == relevant(trim(stored))
 
 
 def patch_for(annotations: object, annotation_key: str, value: str | None) -> list[dict[str, Any]]:

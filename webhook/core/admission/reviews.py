@@ -307,8 +307,9 @@ def audit_annotations(verdict: Verdict) -> dict[str, str]:
     audit log keeps no warning, and before Kubernetes 1.24 no denial message either at level
     Metadata (`responseStatus` had only code and reason). An impact preview (PA-C04) that only
     warns is named in `rules` but left out of `causes`: it describes the change asked for, not a
-    problem, and nearly every policy write has one (Events and reports leave it out too). `audit-findings`
-    holds what the rules set to `audit` found, which reaches no user (SPEC §2.4).
+    problem, and nearly every policy write has one (alone it records no Event either, and
+    reports leave it out). `audit-findings` holds what the rules set to `audit` found, which
+    reaches no user (SPEC §2.4).
     """
     rules = verdict.rule_ids
     if not rules:  # nothing fired, or only rules switched off

@@ -32,7 +32,7 @@ from webhook.core.model.profiles import defined_kind, unknown_profile
 from webhook.core.model.refs import ObjectKey
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import ClusterView, Store, policy_targets
-from webhook.core.state.trim import relevant as relevant  # what a summary reads of an object
+from webhook.core.state.trim import relevant
 
 Obj = Mapping[str, Any]
 

@@ -32,27 +32,20 @@ from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 
-# Below this many routes a Service is computed whole: its pieces would cost more than they
-# save, and small values are where the cap never matters.
-HUB_ROUTES = 32
-
 Path = tuple[str, ...]
 
 
 def summarize_in_pieces(
     key: ObjectKey, store: Store, settings: Settings
 ) -> tuple[str | None, summary.Spans | None] | None:
-    """`summary.summarize_in_pieces(key, store, settings)` for a Service behind many routes,
-    from its pieces kept by route; None for any other object, or where it cannot be."""
-    if key.kind != "Service" or key.group:
-        return None
-    if len(memo.index_of(store).routes_of_backend(key)) < HUB_ROUTES:
-        return None
-    obj = store.get(key)
+    """`summary.summarize_in_pieces(key, store, settings)` for a Service whose contexts the
+    store keeps by route (`hierarchy.PARTS_MIN_ROUTES`: one threshold for both), from its
+    pieces; None for any other object, or where it cannot be."""
     parts = hierarchy.contexts_by_route(key, store)
+    obj = store.get(key)
     hubs = memo.hubs_of(store)
     if obj is None or not parts or hubs is None:
-        return None  # no route's context reaches it: one standalone context, cheap whole
+        return None  # made whole: few routes, or none whose context reaches it
     hub = hubs.get(key)
     if not isinstance(hub, Hub):
         if not memo.hub_wanted(store, key):
@@ -314,24 +307,21 @@ def _rendered(
     entries.sort(key=lambda entry: entry.name)
     whole = _size(entries, sources=True, truncated=False)
     if whole <= 2 * max_bytes:
-        pieces = {entry.name: summary.dump(entry.as_json(sources=True)) for entry in entries}
-        fitted = summary.fit(pieces, max_bytes)
-        if fitted is not None:
-            return fitted
-        value = {
-            "version": summary.VERSION,
-            "policies": {entry.name: entry.as_json(sources=True) for entry in entries},
-            "truncated": False,
-        }
-        return summary.dump(summary.truncated(value, max_bytes)), None
-    total = _size(entries, sources=False, truncated=True)
-    kept: dict[str, dict[str, Any]] = {}
-    for entry in reversed(entries):  # as `summary.truncated`: the last kind's last context first
-        groups = sorted(entry.groups, key=Group.order)
-        while groups and total > max_bytes:
-            total -= groups.pop().size(sources=False) + (1 if groups else 0)
-        kept[entry.name] = KindEntry(entry.name, entry.policies, groups).as_json(sources=False)
-    text = summary.dump({"version": summary.VERSION, "policies": kept, "truncated": True})
+        return summary.rendered(
+            {entry.name: entry.as_json(sources=True) for entry in entries}, max_bytes
+        )
+    kept = {entry.name: sorted(entry.groups, key=Group.order) for entry in entries}
+    total = summary.drop_to_fit(
+        kept,
+        _size(entries, sources=False, truncated=True),
+        max_bytes,
+        lambda group: group.size(sources=False),
+    )
+    policies = {
+        entry.name: KindEntry(entry.name, entry.policies, kept[entry.name]).as_json(sources=False)
+        for entry in entries
+    }
+    text = summary.dump({"version": summary.VERSION, "policies": policies, "truncated": True})
     return (text, None) if summary.size(text) == total else None
 
 

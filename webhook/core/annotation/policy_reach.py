@@ -59,10 +59,6 @@ class Reached:
     key: ObjectKey
     outcomes: tuple[Outcome, ...]
 
-    @property
-    def contexts(self) -> int:
-        return sum(len(o.paths) for o in self.outcomes)
-
 
 @dataclass(frozen=True, slots=True)
 class AttachmentPoint:
@@ -115,19 +111,9 @@ def reach(policy: Policy, view: ClusterView) -> PolicyReach:
     return PolicyReach(policy, policy_class, profile.merge, attached, tuple(objects))
 
 
-_LADDER = (
-    kinds.GATEWAY_CLASS,
-    kinds.GATEWAY,
-    kinds.LISTENER_SET,
-    *sorted(kinds.ROUTE_KINDS),
-    kinds.SERVICE,
-)
-
-
 def ladder_order(key: ObjectKey) -> tuple[int, ObjectKey]:
     """Least specific first, as the hierarchy reads: classes, Gateways, routes, Services."""
-    gk = key.group_kind
-    return (_LADDER.index(gk) if gk in _LADDER else len(_LADDER), key)
+    return (kinds.ladder_rank(key.group_kind), key)
 
 
 def _outcomes(

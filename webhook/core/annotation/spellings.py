@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.model import kinds
+from webhook.core.model import kinds, meta
 from webhook.core.model.profiles import defined_kind
 from webhook.core.model.refs import GroupKind, ObjectKey, canonical_group
 from webhook.core.state.store import ClusterView
@@ -141,11 +141,6 @@ def object_key(named: Named, namespace: str, view: ClusterView) -> ObjectKey:
 def namespaces_holding(gk: GroupKind, name: str, view: ClusterView) -> list[str]:
     """The namespaces with an object of this kind and name, for a hint when it was looked
     for in another one."""
-    found = set()
-    for obj in view.objects(gk):
-        metadata = obj.get("metadata")
-        if isinstance(metadata, Mapping) and metadata.get("name") == name:
-            namespace = metadata.get("namespace")
-            if isinstance(namespace, str) and namespace:
-                found.add(namespace)
-    return sorted(found)
+    return sorted(
+        {meta.namespace(obj) for obj in view.objects(gk) if meta.name(obj) == name} - {""}
+    )

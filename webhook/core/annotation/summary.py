@@ -9,8 +9,8 @@ whole anyway; the cap is a target for the rest, never a reason to hide which pol
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from webhook.core.annotation import compact_json
 from webhook.core.engine import effective, memo
@@ -21,6 +21,7 @@ from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import ClusterView
 
 VERSION = 1
+C = TypeVar("C")  # a context of the value, as data or as what stands for it (`hubs.Group`)
 
 
 def summarize(
@@ -77,10 +78,20 @@ def _rendered(
     max_bytes: int,
     dumps: Dumps,
 ) -> tuple[str | None, Spans | None]:
-    fitted = fit(pieces_of(results, dumps), max_bytes)
+    return rendered(summary_value(results, dumps)["policies"], max_bytes)
+
+
+def rendered(
+    policies: Mapping[str, dict[str, Any]], max_bytes: int
+) -> tuple[str | None, Spans | None]:
+    """The value holding these kinds' entries (`policies[kind]`), assembled from their pieces
+    when it fits the cap, else cut as SPEC §3.3 says (no spans then). Each entry is made and
+    dumped once (`hubs` hands its own)."""
+    fitted = fit({name: dump(entry) for name, entry in policies.items()}, max_bytes)
     if fitted is not None:
         return fitted
-    return dump(truncated(summary_value(results, dumps), max_bytes)), None
+    value = {"version": VERSION, "policies": dict(policies), "truncated": False}
+    return dump(truncated(value, max_bytes)), None
 
 
 # The value is assembled from one piece per kind — the JSON of `policies[kind]` — so that the
@@ -186,15 +197,23 @@ def truncated(value: dict[str, Any], max_bytes: int) -> dict[str, Any]:
         for name, entry in value["policies"].items()
     }
     out = {"version": VERSION, "policies": kinds, "truncated": True}
-    total = size(dump(out))
-    # Drop the last context of the last kind still holding some, until it fits; each entry's
-    # share of the size is its own JSON plus the comma before it, so no re-dumping is needed.
-    for name in sorted(kinds, reverse=True):
-        contexts = kinds[name]["contexts"]
-        while contexts and total > max_bytes:
-            removed = contexts.pop()
-            total -= size(dump(removed)) + (1 if contexts else 0)
+    contexts = {name: entry["contexts"] for name, entry in kinds.items()}
+    drop_to_fit(contexts, size(dump(out)), max_bytes, lambda context: size(dump(context)))
     return out
+
+
+def drop_to_fit(
+    contexts: Mapping[str, list[C]], total: int, max_bytes: int, size_of: Callable[[C], int]
+) -> int:
+    """Drop, in place, the last context of the last kind still holding some until `total`
+    (the value's size) is within `max_bytes`; the size left. Each context's share of the size
+    is its own JSON plus the comma before it, so nothing is dumped again. Shared by the value
+    cut whole (`truncated`) and the one cut by its sizes alone (`hubs`)."""
+    for name in sorted(contexts, reverse=True):
+        found = contexts[name]
+        while found and total > max_bytes:
+            total -= size_of(found.pop()) + (1 if found else 0)
+    return total
 
 
 def _without_sources(context: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.core.annotation.dependencies import AffectedFeed, relevant
+from webhook.core.annotation.dependencies import AffectedFeed
 from webhook.core.audit.findings import PolicyAudit, audit_policy, stored_policies, targets_of
 from webhook.core.engine import hierarchy
 from webhook.core.engine.memo import STRUCTURAL_KINDS
@@ -35,6 +35,7 @@ from webhook.core.model.profiles import defined_kind
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
+from webhook.core.state.trim import relevant
 
 Obj = Mapping[str, Any]
 
@@ -122,10 +123,16 @@ class AuditBook:
         self._everything = True
         for index in self._indexes():
             index.clear()
-        self._by_namespace.clear()
 
     def _indexes(self) -> tuple[dict[Any, set[ObjectKey]], ...]:
-        return (self._by_target, self._by_slot, self._by_grant_namespace, self._by_effective)
+        """Who read what (`Reads`), and the policies of each namespace."""
+        return (
+            self._by_target,
+            self._by_slot,
+            self._by_grant_namespace,
+            self._by_effective,
+            self._by_namespace,
+        )
 
     # --- one policy ----------------------------------------------------------------------------
 

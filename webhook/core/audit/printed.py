@@ -11,6 +11,7 @@ from typing import Any
 from webhook.core.audit import reports
 from webhook.core.audit.findings import PolicyAudit
 from webhook.core.audit.kind_findings import KindAudit
+from webhook.core.model import meta
 
 API_VERSION = "cli.policy-attachment.dev/v1"
 KIND = "Report"
@@ -30,10 +31,9 @@ def reports_of(
         by_namespace.setdefault(audit.key.namespace, []).append(audit)
     wanted = sorted({*by_namespace, ""}) if namespace is None else [namespace]
     out = []
+    kind_results = reports.kind_results(kind_audits)
     for ns in wanted:
-        results = reports.policy_results(by_namespace.get(ns, ()))
-        if not ns:
-            results += reports.kind_results(kind_audits)
+        results = reports.namespace_results(ns, by_namespace.get(ns, ()), kind_results)
         if ns in by_namespace or (not ns and results):
             out.append(reports.report(ns, results, now=None, limit=None))
     return out
@@ -60,7 +60,7 @@ def table(documents: Sequence[Mapping[str, Any]], policies: int) -> list[str]:
     line of counts."""
     rows = [
         (
-            doc.get("metadata", {}).get("namespace", "") or "(cluster)",
+            meta.namespace(doc) or "(cluster)",
             _object(result["resources"][0]),
             result["policy"],
             result["result"],

@@ -19,6 +19,7 @@ from typing import Any
 
 from webhook.core.audit.findings import PolicyAudit
 from webhook.core.audit.kind_findings import KindAudit
+from webhook.core.model import meta
 from webhook.core.model.refs import ObjectKey
 from webhook.core.rules.findings import Judged, one_line
 from webhook.core.rules.ruletable import RULES_BY_ID
@@ -71,6 +72,17 @@ def kind_results(audits: Iterable[KindAudit]) -> list[Result]:
         }
         out.extend(result_of(judged, resource) for judged in audit.findings)
     return out
+
+
+def namespace_results(
+    namespace: str, audits: Iterable[PolicyAudit], kind_results: Sequence[Result]
+) -> list[Result]:
+    """What the report of `namespace` holds: its policies' results, and — in the cluster's
+    (`""`) — the results about policy kinds after them."""
+    results = policy_results(audits)
+    if not namespace:
+        results += kind_results
+    return results
 
 
 def _policy_resource(audit: PolicyAudit) -> dict[str, str]:
@@ -158,18 +170,10 @@ _COMPARED = ("summary", "results", "label", "annotation")
 
 
 def _ours(doc: Mapping[str, Any], part: str) -> Any:
-    metadata = doc.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
     if part == "label":
-        labels = metadata.get("labels")
-        return (labels or {}).get(MANAGED_BY[0]) if isinstance(labels, Mapping) else None
+        return meta.labels_of(doc).get(MANAGED_BY[0])
     if part == "annotation":
-        annotations = metadata.get("annotations")
-        return (
-            (annotations or {}).get(OMITTED_ANNOTATION)
-            if isinstance(annotations, Mapping)
-            else None
-        )
+        return meta.annotations_of(doc).get(OMITTED_ANNOTATION)
     value = doc.get(part)
     return value if value else ([] if part == "results" else None)
 

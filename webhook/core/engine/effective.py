@@ -137,10 +137,8 @@ class Part(NamedTuple):
 
 def part_of(contexts: Sequence[Context], view: ClusterView) -> Part:
     evaluation = _Evaluation.of(view, with_losers=False)
-    attachments = evaluation.attachments
-    lad = ladder.ladder_of(contexts, attachments, evaluation.paths)
-    met = {gk for rungs in lad.by_policy_rungs for rung in rungs for gk in attachments.at(rung)}
-    return Part(lad, frozenset(met))
+    lad = ladder.ladder_of(contexts, evaluation.attachments, evaluation.paths)
+    return Part(lad, frozenset(ladder.kinds_at(lad, evaluation.attachments)))
 
 
 Signature = tuple[Rung, ...]  # the rungs of a context holding a kind's policies, root first
@@ -153,14 +151,13 @@ def signatures_of(
     the part's ladder) by signature — one board per signature (`signature_answer`), as
     `compute` shares boards within the whole. Where things attach, not their values: kept
     while the ladders are (`memo`), across edits of policies' values."""
-    attachments = _Evaluation.of(view, with_losers=False).attachments
+    rules = _KindRules(view.profile(gk), _Evaluation.of(view, with_losers=False))
     refs: set[str] = set()
     found: dict[Signature, list[int]] = {}
     for rungs, indices in part.ladder.by_policy_rungs.items():
-        signature = tuple(rung for rung in rungs if attachments.at(rung).get(gk))
-        for rung in signature:
-            refs.update(p.ref for p in attachments.at(rung)[gk])
-        found.setdefault(signature, []).extend(indices)
+        levels = rules.levels(rungs)
+        refs.update(p.ref for _, policies in levels for p in policies)
+        found.setdefault(tuple(rung for rung, _ in levels), []).extend(indices)
     return tuple(sorted(refs)), found
 
 
@@ -328,7 +325,7 @@ class _KindRules:
         if targeted:  # variants ending at a targeted section: their policy rungs differ
             contexts = hierarchy.with_sections(list(lad.contexts), key, targeted)
             lad = ladder.ladder_of(contexts, self.evaluation.attachments, self.evaluation.paths)
-        levels = {rungs: self._levels(rungs) for rungs in lad.by_policy_rungs}
+        levels = {rungs: self.levels(rungs) for rungs in lad.by_policy_rungs}
         refs = {p.ref for found in levels.values() for _, ps in found for p in ps}
         if not refs:
             return None
@@ -336,7 +333,7 @@ class _KindRules:
         groups = self._shared_boards(lad, levels, from_object, key.display())
         return self._result("Inherited", groups, refs, lad)
 
-    def _levels(self, rungs: tuple[Rung, ...]) -> list[tuple[Rung, list[Policy]]]:
+    def levels(self, rungs: tuple[Rung, ...]) -> list[tuple[Rung, list[Policy]]]:
         """The rungs holding a policy of this kind, with those policies, root first."""
         found = []
         for rung in rungs:

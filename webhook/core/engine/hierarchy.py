@@ -121,21 +121,25 @@ def contexts_of(
 def contexts_by_route(
     key: ObjectKey, view: ClusterView
 ) -> Mapping[ObjectKey, tuple[Context, ...]] | None:
-    """A Service's contexts by the route each passes through (each route's sorted), where a
-    memo is kept for `view` (a store, or an overlay that leaves the hierarchy alone): what its
-    value is made of, route by route (`annotation.hubs`). None elsewhere, or for no Service.
+    """A busy Service's contexts by the route each passes through (each route's sorted), where
+    a memo is kept for `view` (a store, or an overlay that leaves the hierarchy alone): what its
+    value is made of, route by route (`annotation.hubs`). None elsewhere: no memo, no Service,
+    or one whose contexts are made whole (behind fewer than `PARTS_MIN_ROUTES` routes).
     Read it before the store is written again."""
-    memo = shared_structure(view)
-    obj = view.get(key)
-    if memo is None or obj is None or key.group_kind != kinds.SERVICE:
+    memo = shared_structure(view) if key.group_kind == kinds.SERVICE else None
+    if memo is None:
         return None
-    memo.contexts.pop(key, None)  # from now on kept by route
+    obj = view.get(key)
+    if obj is None or (key not in memo.services and not _kept_by_route(key, view)):
+        return None
     return _service_parts(key, obj, view, memo).by_route
 
 
-# A Service behind this many routes keeps its contexts by route (`memo.ServiceParts`), so that
-# a route's write makes only that route's part again; fewer are made whole, as other objects.
-PARTS_MIN_ROUTES = 16
+# A Service behind this many routes is a hub: it keeps its contexts by route
+# (`memo.ServiceParts`), so that a route's write makes only that route's part again, and its
+# value is made from pieces by route (`annotation.hubs`). Fewer are made whole, as other
+# objects: their pieces would cost more than they save.
+PARTS_MIN_ROUTES = 32
 
 
 def _known_contexts(key: ObjectKey, view: ClusterView, memo: StructureMemo) -> tuple[Context, ...]:
@@ -323,10 +327,7 @@ def _service_parts(
             found = _service_part(key, route, ports, standalone, view, memo)
             if found:
                 parts.by_route[route] = found
-        if len(parts.by_route) == 1:  # most Services: one route's part is the whole, sorted
-            parts.ordered = next(iter(parts.by_route.values()))
-        else:
-            parts.ordered = tuple(sorted(_chain(parts.by_route.values()), key=_context_order))
+        parts.ordered = tuple(sorted(_chain(parts.by_route.values()), key=_context_order))
         return parts
     ordered = list(parts.ordered)
     for route in sorted(parts.pending or ()):

@@ -51,9 +51,7 @@ def reached(
     found = memo.reached.get(key) if memo is not None else None
     if found is None:
         ladder = ladder_of(hierarchy.contexts_of(key, view), attachments, paths)
-        met = {p.key.group_kind for p, _ in attachments.on(key)}
-        for rung in {r for rungs in ladder.by_policy_rungs for r in rungs}:
-            met.update(attachments.at(rung))
+        met = kinds_at(ladder, attachments) | {p.key.group_kind for p, _ in attachments.on(key)}
         found = Reached(ladder, tuple(sorted(met)), kinds.section_names(key.group_kind, obj))
         if memo is not None:
             found = memo.reached[key] = _with_shared_parts(found, memo.shared)
@@ -72,6 +70,14 @@ def ladder_of(
     return Ladder(
         tuple(contexts), tuple(_path(context, paths) for context in contexts), by_policy_rungs
     )
+
+
+def kinds_at(ladder: Ladder, attachments: Attachments) -> set[GroupKind]:
+    """The policy kinds met at the rungs of the ladder's contexts."""
+    met: set[GroupKind] = set()
+    for rung in {r for rungs in ladder.by_policy_rungs for r in rungs}:
+        met.update(attachments.at(rung))
+    return met
 
 
 def _path(context: Context, paths: dict[Context, tuple[str, ...]]) -> tuple[str, ...]:

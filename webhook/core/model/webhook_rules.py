@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.core.model import meta
+
 # The policy webhooks of manifests/base/webhooks.yaml whose rules are ours to write, and the
 # operations each one judges. The other webhooks of the configurations are never touched.
 WRITES = ("CREATE", "UPDATE")
@@ -152,10 +154,9 @@ def rules_patch(
             changes.append({"name": name, "rules": wanted})
     if not changes:
         return None
-    metadata = configuration.get("metadata")
-    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
     patch: dict[str, Any] = {"webhooks": changes}
-    if isinstance(version, str) and version:
+    version = meta.resource_version(configuration)
+    if version is not None:
         patch["metadata"] = {"resourceVersion": version}
     return patch
 
@@ -168,9 +169,7 @@ def sends_writes(configuration: Mapping[str, Any], resource: PolicyResource) -> 
     hooks = configuration.get("webhooks")
     for hook in hooks if isinstance(hooks, list) else ():
         name = hook.get("name") if isinstance(hook, Mapping) else None
-        if not isinstance(hook, Mapping) or not isinstance(name, str):
-            continue
-        if POLICY_WEBHOOKS.get(name) != WRITES:
+        if not isinstance(name, str) or POLICY_WEBHOOKS.get(name) != WRITES:
             continue
         rules = hook.get("rules")
         covered: set[str] = set()

@@ -26,7 +26,7 @@ from webhook.shell.cli import manifests, output
 from webhook.shell.cli.manifests import Located
 from webhook.shell.process.errors import UsageError
 
-EXIT_OK, EXIT_DENIED, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_DENIED = 0, 1  # 2, usage and read errors: `main`'s, for every command
 
 
 def run(
@@ -46,8 +46,7 @@ def run(
     loaded = manifests.load(
         sources, Store(config), namespace=args.namespace, stdin=stdin, keep_nodes=True
     )
-    for skipped in loaded.skipped:
-        err.write(f"policy-webhook: note: {skipped.where}: skipped: {skipped.reason}\n")
+    err.writelines(f"policy-webhook: note: {note}\n" for note in loaded.notes)
     found = CheckRun(
         tuple(check_store(loaded.store, loaded.where, settings)),
         tuple(loaded.skipped),

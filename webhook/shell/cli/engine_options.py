@@ -1,8 +1,8 @@
 """The engine flags and the operator config file, read into what the core takes.
 
-Shared by every command that judges or computes (`serve`, `check`, `explain`) and by `config
-validate`, so that a config file means the same thing to all of them; a file that is wrong is
-a `UsageError` naming the file and the field.
+Shared by every command that judges or computes (`serve`, `check`, `explain`, `report`) and
+by `config validate`, so that a config file means the same thing to all of them; a file that
+is wrong is a `UsageError` naming the file and the field.
 """
 
 from __future__ import annotations

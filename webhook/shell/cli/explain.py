@@ -1,18 +1,16 @@
 """`policy-webhook explain KIND/NAME`: read the state, ask the engine, print (SPEC §7).
 
-State comes from `--manifests`, or from the cluster (`connection` chooses it as kubectl would
-and checks that it answers, before the engine loads; `cluster.snapshot` lists each resource
-once; one line and exit 2 when it cannot be read). An object
-kind explains that object's effective policies; a policy kind what that policy reaches, where
-it wins and where it loses. `-o table` is for people; `-o json|yaml` print the full result in
-the schema of docs/cli.md (`explain_document`), never truncated.
+State comes from `--manifests`, or from the cluster (`connection` chooses it as kubectl would,
+checks that it answers before the engine loads, then lists each resource once; one line and
+exit 2 when it cannot be read). An object kind explains that object's effective policies; a
+policy kind what that policy reaches, where it wins and where it loses. `-o table` is for
+people; `-o json|yaml` print the full result in the schema of docs/cli.md
+(`explain_document`), never truncated.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import sys
 from typing import TextIO
 
@@ -22,8 +20,8 @@ from webhook.core.model.profiles import OperatorConfig
 from webhook.core.model.refs import ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
-from webhook.shell.cli import connection, manifests, output
-from webhook.shell.cluster.kubeconfig import ClusterUnavailable, Target
+from webhook.shell.cli import connection, output
+from webhook.shell.cluster.kubeconfig import Target
 from webhook.shell.process.errors import UsageError
 
 
@@ -44,22 +42,12 @@ def run(
     except spellings.SpellingError as exc:
         raise UsageError(str(exc)) from None
     store = Store(config)
-    namespace = args.namespace
-    if args.manifests:
-        loaded = manifests.load(args.manifests, store)
-        notes = [f"{s.where}: skipped: {s.reason}" for s in loaded.skipped]
-    else:
-        target = target or connection.reach(args)
-        notes = _read_cluster(store, target, args, settings)
-        context_namespace = target.namespace
-        namespace = namespace or context_namespace
-    for note in notes:
-        err.write(f"policy-webhook: note: {note}\n")
+    read = connection.read_state(args, store, settings, target=target, err=err)
     try:
         named = spellings.resolve(args.target, store)
     except spellings.SpellingError as exc:
         raise UsageError(str(exc)) from None
-    key = spellings.object_key(named, namespace or manifests.DEFAULT_NAMESPACE, store)
+    key = spellings.object_key(named, read.namespace, store)
     if named.is_policy:
         policy = store.policy(key)
         if policy is None:
@@ -93,25 +81,3 @@ def _not_found(key: ObjectKey, store: Store) -> str:
         f"{key} not found; {key.kind} {key.name!r} exists in namespace {where} "
         f"(use -n {elsewhere[0]})"
     )
-
-
-def _read_cluster(
-    store: Store, target: Target, args: argparse.Namespace, settings: Settings
-) -> list[str]:
-    """Fill `store` from the cluster; the notes of the read."""
-    from webhook.shell.cluster import snapshot  # the API client: only for a server that answers
-
-    # The client library logs (e.g. a token refresh); a command answers in its own words.
-    logging.getLogger("kubernetes_asyncio").addHandler(logging.NullHandler())
-    try:
-        read = asyncio.run(
-            snapshot.read_cluster(
-                store,
-                target,
-                timeout=args.request_timeout,
-                keep_annotation=settings.annotation_key,
-            )
-        )
-    except ClusterUnavailable as exc:
-        raise UsageError(str(exc)) from None
-    return read.notes

@@ -18,9 +18,12 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.shell.process.errors import UsageError
+
+if TYPE_CHECKING:
+    from webhook.shell.cluster.kubeconfig import Target
 
 PROG = "policy-webhook"
 PLUGIN_PROG = "kubectl policy-attachment"  # as kubectl runs `kubectl-policy_attachment`
@@ -249,12 +252,17 @@ def _run_check(args: argparse.Namespace) -> int:
     return check.run(args, config=config, settings=settings)
 
 
-def _run_explain(args: argparse.Namespace) -> int:
-    target = None
-    if not args.manifests:  # a cluster: found answering before the engine loads
-        from webhook.shell.cli import connection
+def _cluster_target(args: argparse.Namespace) -> Target | None:
+    """Without `--manifests`, the cluster, found answering before the engine loads."""
+    if args.manifests:
+        return None
+    from webhook.shell.cli import connection
 
-        target = connection.reach(args)
+    return connection.reach(args)
+
+
+def _run_explain(args: argparse.Namespace) -> int:
+    target = _cluster_target(args)
     from webhook.shell.cli import engine_options, explain
 
     config, settings = engine_options.from_args(args)
@@ -262,11 +270,7 @@ def _run_explain(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    target = None
-    if not args.manifests:  # a cluster: found answering before the engine loads
-        from webhook.shell.cli import connection
-
-        target = connection.reach(args)
+    target = _cluster_target(args)
     from webhook.shell.cli import engine_options, report
 
     config, settings = engine_options.from_args(args)

@@ -61,7 +61,7 @@ class Located:
 
     @property
     def where(self) -> str:
-        return f"{self.path}:{self.line}"
+        return str(self.place)
 
     @property
     def place(self) -> Where:
@@ -99,6 +99,11 @@ class Loaded:
     where: dict[ObjectKey, Located]
     skipped: list[Skipped]
     duplicates: list[Duplicate]
+
+    @property
+    def notes(self) -> list[str]:
+        """One line per skipped document, as a command prints it after `note: `."""
+        return [f"{skipped.where}: skipped: {skipped.reason}" for skipped in self.skipped]
 
 
 def find_files(paths: Iterable[str]) -> list[str]:

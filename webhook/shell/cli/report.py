@@ -13,8 +13,6 @@ is its own identity's to say, in its ClusterPolicyReport.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import sys
 from typing import Any, TextIO
 
@@ -24,9 +22,8 @@ from webhook.core.audit.kind_findings import KindAudit, KindFacts, audit_kinds
 from webhook.core.model.profiles import OperatorConfig
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
-from webhook.shell.cli import connection, manifests, output
-from webhook.shell.cluster.kubeconfig import ClusterUnavailable, Target
-from webhook.shell.process.errors import UsageError
+from webhook.shell.cli import connection, output
+from webhook.shell.cluster.kubeconfig import Target
 
 EXIT_OK, EXIT_FAIL = 0, 1
 
@@ -44,20 +41,18 @@ def run(
     `target` (`connection.reach`, else chosen here); streams default to the process's own."""
     out, err = out or sys.stdout, err or sys.stderr
     store = Store(config)
+    read = connection.read_state(
+        args,
+        store,
+        settings,
+        target=target,
+        err=err,
+        webhook_configuration=args.webhook_configuration,
+    )
     kind_audits: list[KindAudit] = []
-    if args.manifests:
-        loaded = manifests.load(args.manifests, store)
-        notes = [f"{s.where}: skipped: {s.reason}" for s in loaded.skipped]
-        namespace = args.namespace or manifests.DEFAULT_NAMESPACE
-    else:
-        target = target or connection.reach(args)
-        notes, configuration = _read_cluster(store, target, args, settings)
-        namespace = args.namespace or target.namespace or manifests.DEFAULT_NAMESPACE
-        if configuration is not None:
-            kind_audits = _kind_audits(store, configuration, args, settings)
-    for note in notes:
-        err.write(f"policy-webhook: note: {note}\n")
-    selected = None if args.all_namespaces else namespace
+    if read.webhook_configuration is not None:
+        kind_audits = _kind_audits(store, read.webhook_configuration, args, settings)
+    selected = None if args.all_namespaces else read.namespace
     audits = audit_store(store, settings)
     documents = printed.reports_of(audits, kind_audits, namespace=selected)
     policies = sum(1 for key in audits if selected is None or key.namespace == selected)
@@ -77,25 +72,3 @@ def _kind_audits(
     served = frozenset(webhook_rules.policy_resources(store, informers.wanted_resources(store)))
     facts = KindFacts(args.webhook_configuration, configuration, served, frozenset())
     return audit_kinds(facts, profile=store.profile, settings=settings)
-
-
-def _read_cluster(
-    store: Store, target: Target, args: argparse.Namespace, settings: Settings
-) -> tuple[list[str], dict[str, Any] | None]:
-    """Fill `store` from the cluster; the notes of the read and the webhook configuration."""
-    from webhook.shell.cluster import snapshot  # the API client: only for a server that answers
-
-    logging.getLogger("kubernetes_asyncio").addHandler(logging.NullHandler())
-    try:
-        read = asyncio.run(
-            snapshot.read_cluster(
-                store,
-                target,
-                timeout=args.request_timeout,
-                keep_annotation=settings.annotation_key,
-                webhook_configuration=args.webhook_configuration,
-            )
-        )
-    except ClusterUnavailable as exc:
-        raise UsageError(str(exc)) from None
-    return read.notes, read.webhook_configuration

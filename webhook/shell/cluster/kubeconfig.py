@@ -84,9 +84,10 @@ def locate(kubeconfig: str | None, context: str | None) -> Target:
 
 
 def _merged(paths: tuple[str, ...]) -> dict[str, Any]:
-    """kubectl's merge: for contexts, clusters and users by name, and for current-context, the
-    first file that sets one wins."""
-    merged: dict[str, Any] = {"current-context": None, "contexts": {}, "clusters": {}, "users": {}}
+    """kubectl's merge: for contexts and clusters by name, and for current-context, the first
+    file that sets one wins. Users are left to the API client, which reads them when it
+    connects (`cluster.snapshot`)."""
+    merged: dict[str, Any] = {"current-context": None, "contexts": {}, "clusters": {}}
     for path in paths:
         try:
             with open(path, encoding="utf-8") as handle:
@@ -97,7 +98,7 @@ def _merged(paths: tuple[str, ...]) -> dict[str, Any]:
             raise ClusterUnavailable(f"kubeconfig {path} is not a mapping")
         if not merged["current-context"] and isinstance(data.get("current-context"), str):
             merged["current-context"] = data["current-context"]
-        for section, inner in (("contexts", "context"), ("clusters", "cluster"), ("users", "user")):
+        for section, inner in (("contexts", "context"), ("clusters", "cluster")):
             for entry in data.get(section) or ():
                 if isinstance(entry, Mapping) and isinstance(entry.get(inner), Mapping):
                     merged[section].setdefault(entry.get("name"), entry[inner])

@@ -119,6 +119,7 @@ async def running(
                 configuration=serve_config.webhook_configuration,
                 period=serve_config.webhook_rules_sync_seconds,
                 full_audit_period=serve_config.resync_seconds,
+                keeper=keeper,  # its reading of the configuration serves PA-K02 too
             )
         if reconciler is not None or keeper is not None or writer is not None:
             elector = _elector(serve_config, api, metrics, reconciler, keeper, writer)

@@ -30,7 +30,7 @@ from webhook.core.annotation.dependencies import AffectedFeed
 from webhook.core.audit import reports
 from webhook.core.audit.book import AuditBook
 from webhook.core.audit.kind_findings import KindFacts, audit_kinds
-from webhook.core.model import kinds
+from webhook.core.model import kinds, meta
 from webhook.core.model.refs import ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.model.webhook_rules import PolicyResource, sends_writes
@@ -38,7 +38,11 @@ from webhook.core.state.store import Store
 from webhook.shell.cluster import kubeapi
 from webhook.shell.cluster.informers import ClusterSource
 from webhook.shell.cluster.leading import LeadingTask
-from webhook.shell.cluster.webhook_rules import policy_resources, read_configuration
+from webhook.shell.cluster.webhook_rules import (
+    WebhookRulesKeeper,
+    policy_resources,
+    read_configuration,
+)
 from webhook.shell.process.logs import fields
 from webhook.shell.process.metrics import Metrics
 
@@ -62,7 +66,8 @@ UNSENT_READINGS = 3
 
 class PolicyReportWriter(LeadingTask):
     """Keeps the reports while `set_leading(True)`; `writes` and `deletes` count requests
-    sent since start (tests, logs)."""
+    sent since start (tests, logs). With the leader's `keeper` (the rules keeper), PA-K02 is
+    judged against the configuration its rounds read; without one, the writer reads it."""
 
     task_name = "policy reports"
 
@@ -76,6 +81,7 @@ class PolicyReportWriter(LeadingTask):
         metrics: Metrics,
         *,
         configuration: str,
+        keeper: WebhookRulesKeeper | None = None,
         period: float = 10.0,
         full_audit_period: float = 600.0,
         field_manager: str = "policy-webhook",
@@ -85,6 +91,7 @@ class PolicyReportWriter(LeadingTask):
         self.api, self.store, self.source, self.metrics = api, store, source, metrics
         self.settings = settings
         self.configuration = configuration
+        self.keeper = keeper
         self.period = period
         self.full_audit_period = full_audit_period
         self.field_manager = field_manager
@@ -243,14 +250,7 @@ class PolicyReportWriter(LeadingTask):
         forbidden = frozenset(
             PolicyResource(r.group, r.plural, r.kind) for r in self.source.forbidden().values()
         )
-        configuration: Mapping[str, Any] | None
-        try:
-            configuration = await read_configuration(
-                self.api, self.configuration, timeout=self.request_timeout
-            )
-        except kubeapi.ApiError as exc:  # not ours to read (RBAC): nothing said about PA-K02
-            logger.debug("cannot read %s: %s", self.configuration, exc)
-            configuration = None
+        configuration = await self._configuration()
         self._unsent = {
             r: self._unsent.get(r, 0) + 1
             for r in served
@@ -265,6 +265,19 @@ class PolicyReportWriter(LeadingTask):
             self._kind_results = results
             self._unsynced.add("")
 
+    async def _configuration(self) -> Mapping[str, Any] | None:
+        """The policy webhooks' configuration: the keeper's reading (one GET a period serves
+        both), else our own; None: not read, so nothing is said about PA-K02."""
+        if self.keeper is not None:
+            return self.keeper.configuration_read
+        try:
+            return await read_configuration(
+                self.api, self.configuration, timeout=self.request_timeout
+            )
+        except kubeapi.ApiError as exc:  # not ours to read (RBAC): nothing said about PA-K02
+            logger.debug("cannot read %s: %s", self.configuration, exc)
+            return None
+
     # --- the reports ---------------------------------------------------------------------------
 
     async def _sync(self) -> None:
@@ -273,9 +286,9 @@ class PolicyReportWriter(LeadingTask):
         pending = sorted(self._unsynced)
         self._unsynced.clear()  # what fails to be written comes back (`_put`, `sync_once`)
         for namespace in pending:
-            results = reports.policy_results(self.book.in_namespace(namespace))
-            if not namespace:
-                results += self._kind_results
+            results = reports.namespace_results(
+                namespace, self.book.in_namespace(namespace), self._kind_results
+            )
             if namespace in wanted:
                 await self._put(namespace, results)
             else:
@@ -289,7 +302,7 @@ class PolicyReportWriter(LeadingTask):
         if reports.same_content(wanted, held):
             return
         if held is not None:
-            wanted["metadata"]["resourceVersion"] = held.get("metadata", {}).get("resourceVersion")
+            wanted["metadata"]["resourceVersion"] = meta.resource_version(held)
             method, path = "PUT", _object_path(namespace)
         else:
             method, path = "POST", _collection_path(namespace)
@@ -335,9 +348,8 @@ class PolicyReportWriter(LeadingTask):
         )
         held: dict[str, dict[str, Any]] = {}
         for item in listed.get("items") or ():
-            metadata = item.get("metadata") if isinstance(item, dict) else None
-            if isinstance(metadata, dict) and metadata.get("name") == reports.NAME:
-                held[str(metadata.get("namespace") or "")] = item
+            if isinstance(item, dict) and meta.name(item) == reports.NAME:
+                held[meta.namespace(item)] = item
         cluster = await self._get("")
         if cluster is not None:
             held[""] = cluster

@@ -1,4 +1,5 @@
-"""One read of the cluster state, for a command that answers once (`explain`): list, no watch.
+"""One read of the cluster state, for a command that answers once (`explain`, `report`): list,
+no watch.
 
 `informers.ClusterSource` is a server's: it retries forever and waits for a sync. A command
 must answer within `--request-timeout` and say in one line what went wrong, so this reads
@@ -24,9 +25,8 @@ from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMe
 
 from webhook.core.state.store import Store
 from webhook.core.state.trim import trim
-from webhook.shell.cluster import informers, kubeapi
+from webhook.shell.cluster import informers, kubeapi, webhook_rules
 from webhook.shell.cluster.kubeconfig import ClusterUnavailable, Target
-from webhook.shell.cluster.webhook_rules import CONFIGURATIONS
 
 PAGE_SIZE = 500
 
@@ -126,16 +126,12 @@ class _Reader:
     async def read_configuration(self, name: str) -> None:
         """The policy webhooks' configuration, for what it sends to the webhook (PA-K02); one
         that cannot be read is a note, never a failure."""
-        path = f"{CONFIGURATIONS}/{name}"
         try:
             async with asyncio.timeout(self.seconds or None):
-                found = await kubeapi.request_json(
-                    self.api, "GET", path, timeout=self.seconds or 30.0
+                found = await webhook_rules.read_configuration(
+                    self.api, name, timeout=self.seconds or 30.0
                 )
         except kubeapi.ApiError as exc:
-            if exc.status == 404:
-                self.snapshot.webhook_configuration = {}
-                return
             self.snapshot.notes.append(
                 f"ValidatingWebhookConfiguration {name} not read ({exc.status} {exc.reason}): "
                 "PA-K02 not judged"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -35,7 +36,6 @@ from webhook.shell.process.metrics import Metrics
 logger = logging.getLogger(__name__)
 
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-AGGREGATION_LABEL = rules.AGGREGATION_LABEL
 SETTLE_SECONDS = 0.5  # a vendor installs its CRDs in one burst: one round after it, not one each
 CONFLICT_RETRY_SECONDS = 0.2
 # Webhooks merge by `name` under a strategic merge patch, and `rules` is replaced whole: the
@@ -67,7 +67,10 @@ async def read_configuration(api: client.ApiClient, name: str, *, timeout: float
 
 class WebhookRulesKeeper(LeadingTask):
     """One round now and then while `set_leading(True)`; `patches` counts since
-    start, `readable` holds the last verdict per policy kind (tests, logs)."""
+    start, `readable` holds the last verdict per policy kind (tests, logs), and
+    `configuration_read` the configuration as the last round left it — as read, or as the
+    patch returned it; None before the first read of a term — which the PolicyReport writer
+    judges PA-K02 against instead of reading it again."""
 
     task_name = "webhook rules"
 
@@ -92,6 +95,7 @@ class WebhookRulesKeeper(LeadingTask):
         self.field_manager = field_manager
         self.request_timeout = request_timeout
         self.readable: dict[PolicyResource, bool] = {}
+        self.configuration_read: dict[str, Any] | None = None
         self._candidates: dict[PolicyResource, bool] = {}  # what the last rules review said
         self._missing_said = False
         self._wake = asyncio.Event()
@@ -102,6 +106,7 @@ class WebhookRulesKeeper(LeadingTask):
         """A replica that stops leading stops speaking for the kinds: the next leader will."""
         self.metrics.policy_kind_readable.clear()
         self.readable.clear()
+        self.configuration_read = None
         self._candidates.clear()
 
     def _on_change(
@@ -139,12 +144,13 @@ class WebhookRulesKeeper(LeadingTask):
 
     async def sync_once(self) -> str:
         """One round; returns its result: unchanged, patched, conflict or missing."""
-        resources = self.policy_resources()
+        resources = policy_resources(self.store, self.source.watched())
         readable = await self._check_readable(resources)
         wanted = [r for r in resources if readable[r]]
         configuration = await read_configuration(
             self.api, self.configuration, timeout=self.request_timeout
         )
+        self.configuration_read = configuration
         if not rules.managed_webhooks(configuration):
             self._say_missing(bool(configuration))
             return "missing"
@@ -167,9 +173,13 @@ class WebhookRulesKeeper(LeadingTask):
                 return "conflict"
             raise
         try:
-            await response.read()  # the whole object back; read so the connection is reused
+            body = await response.read()  # the whole object, as now stored
         finally:
             response.release()
+        with contextlib.suppress(ValueError):  # unreadable: the one read above stands
+            patched = json.loads(body)
+            if isinstance(patched, dict) and rules.managed_webhooks(patched):
+                self.configuration_read = patched
         self.patches += 1
         logger.info(
             "policy webhooks' rules updated: %s",
@@ -182,9 +192,6 @@ class WebhookRulesKeeper(LeadingTask):
             ),
         )
         return "patched"
-
-    def policy_resources(self) -> list[PolicyResource]:
-        return policy_resources(self.store, self.source.watched())
 
     # --- who may read what ---------------------------------------------------------------------
 
@@ -253,7 +260,7 @@ class WebhookRulesKeeper(LeadingTask):
                     resource,
                     resource.plural,
                     resource.group,
-                    AGGREGATION_LABEL,
+                    rules.AGGREGATION_LABEL,
                     extra=fields(
                         kind=str(resource), group=resource.group, resource=resource.plural
                     ),

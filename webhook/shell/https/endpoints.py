@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,7 +27,7 @@ from webhook.core.annotation.cache import SummaryCache
 from webhook.core.model import kinds
 from webhook.core.model.refs import GroupKind
 from webhook.core.model.settings import Settings
-from webhook.core.rules.findings import Verdict
+from webhook.core.rules.findings import Outcome, Verdict
 from webhook.core.state.store import ClusterView
 from webhook.shell.process import heap
 from webhook.shell.process.logs import fields
@@ -97,8 +97,12 @@ def build_app(
 class _Outcome:
     response: reviews.Response
     verdict: str  # allowed | warned | denied (/validate); allowed | patched (/mutate)
-    findings: Sequence[tuple[str, str]] = ()  # (rule ID, action), for metrics
-    judged: Verdict | None = None  # /validate's, for the decision log and Events
+    judged: Verdict | None = None  # /validate's, for the metrics, the decision log and Events
+
+    def findings(self) -> Iterator[tuple[str, str]]:
+        """(rule ID, action) of each finding, for the metrics; none for /mutate."""
+        for j in self.judged.judged if self.judged is not None else ():
+            yield j.finding.rule_id, j.action
 
 
 class _BodyTooLarge(Exception):
@@ -135,6 +139,7 @@ class _Handlers:
         self._body_timeout = body_timeout
         self._log_decisions = log_decisions
         self._record_event = record_event
+        self._kind_labels: dict[GroupKind, str] = {}  # `kind` labels of the known kinds
 
     # --- admission ---------------------------------------------------------------------------
 
@@ -147,10 +152,7 @@ class _Handlers:
     def _validate(self, review: reviews.Request) -> _Outcome:
         verdict = admission.validate(review, view=self._view, settings=self._settings)
         return _Outcome(
-            reviews.from_verdict(review["uid"], verdict, request=review),
-            decisions.verdict_name(verdict),
-            [(j.finding.rule_id, j.action) for j in verdict.judged],
-            verdict,
+            reviews.from_verdict(review["uid"], verdict, request=review), verdict.outcome, verdict
         )
 
     def _mutate(self, review: reviews.Request) -> _Outcome:
@@ -212,7 +214,7 @@ class _Handlers:
             endpoint=endpoint,
             verdict=outcome.verdict,
             seconds=seconds,
-            findings=outcome.findings,
+            findings=outcome.findings(),
             operation=review["operation"],
             dry_run=review.get("dryRun") is True,
             kind=self._kind_label(review),
@@ -229,7 +231,7 @@ class _Handlers:
                 line["endpoint"] = "mutate"  # tells it from a /validate line
                 self._write(decisions.DEBUG, f"mutation {outcome.verdict}", line, review, outcome)
             return
-        verdict = cast(decisions.DecisionVerdict, outcome.verdict)
+        verdict = cast(Outcome, outcome.verdict)
         log = decisions.logged(verdict, self._log_decisions)
         event = (
             self._record_event is not None
@@ -238,7 +240,7 @@ class _Handlers:
         )
         if not (log or event):
             return
-        decision = decisions.decision_of(review, outcome.judged, verdict)
+        decision = decisions.decision_of(review, outcome.judged)
         if log:
             line = decisions.log_fields(decision, _ms(seconds))
             self._write(decisions.LEVELS[verdict], f"admission {verdict}", line, review, outcome)
@@ -264,8 +266,15 @@ class _Handlers:
         that no caller can grow the metric's series by sending made-up kinds."""
         kind = review["kind"]
         gk = GroupKind(kind.get("group", ""), kind["kind"])
+        label = self._kind_labels.get(gk)
+        if label is not None:
+            return label
         if gk in kinds.NEVER_POLICIES or self._view.profile(gk).known:
-            return str(gk)
+            # Remembered: `profile()` builds a catalog kind's profile anew on every call, and a
+            # kind once known keeps its series (as few as the kinds ever known). An unknown
+            # kind is asked again: a CRD may yet make it known.
+            label = self._kind_labels[gk] = str(gk)
+            return label
         return "other"
 
     def _rejected(

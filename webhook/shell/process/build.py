@@ -62,7 +62,9 @@ def package_version() -> str:
 
 
 def _revision() -> tuple[str, str]:
-    for found in (_from_environment(), _from_direct_url(), _from_checkout()):
+    # In order, and only as far as needed: the checkout's asks git, which may take seconds.
+    for source in (_from_environment, _from_direct_url, _from_checkout):
+        found = source()
         if found is not None:
             return found
     return "unknown", "unknown"

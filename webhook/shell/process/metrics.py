@@ -28,7 +28,6 @@ from prometheus_client.exposition import generate_latest
 from webhook.shell.process import build
 
 PREFIX = "policy_webhook"
-DISTRIBUTION = "policy-attachment-webhook"
 
 # The core answers in well under a millisecond on small states; the API server gives a webhook
 # at most 30 s (`timeoutSeconds` maximum), so the buckets span 100 µs to 10 s.
