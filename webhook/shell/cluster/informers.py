@@ -32,6 +32,7 @@ from webhook.shell.process import readiness as ready
 from webhook.shell.process.logs import fields
 from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
+from webhook.shell.process.turns import Turns
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +207,7 @@ class _Informer:
             self.touch()
             async for line in response.content:  # one JSON event per line
                 if line.strip():
+                    await src.turns.take()
                     self.apply(json.loads(line))
                     events += 1
         finally:
@@ -316,6 +318,7 @@ class ClusterSource:
         backoff_cap: float = 30.0,
         healthy_after: float = 30.0,
         before_ready: Callable[[], object] | None = None,
+        turns: Turns | None = None,
     ) -> None:
         self.api = api
         self.store = store
@@ -331,6 +334,10 @@ class ClusterSource:
         # Run once every kind is listed, before `synced` and readiness say so (`live` settles
         # the heap there, so its pause comes before the API server sends reviews, not during).
         self.before_ready = before_ready
+        # Watch events are applied in the process's turns: a burst of them (a bulk create, a
+        # reconnect's backlog) is buffered and read without suspending, and would otherwise be
+        # applied in one go while admission requests wait (`process.turns`).
+        self.turns = turns if turns is not None else Turns()
         self.synced = asyncio.Event()
         self._crds = _Informer(self, CRDS)
         self._informers: dict[GroupKind, _Informer] = {}  # everything but the CRD informer

@@ -33,6 +33,7 @@ from webhook.shell.process.logs import fields
 from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
 from webhook.shell.process.serve_config import ServeConfig
+from webhook.shell.process.turns import Turns
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ async def running(
     and the API client closes.
     """
     api = await kubeapi.connect(serve_config.kubeconfig)
+    turns = Turns()  # watch events and the reconciler's computations share them (admission first)
     source = informers.ClusterSource(
         api,
         store,
@@ -66,6 +68,7 @@ async def running(
         metrics=metrics,
         readiness=readiness,
         before_ready=lambda: heap.settle("state synced"),
+        turns=turns,
     )
     reconciler: Reconciler | None = None
     keeper: WebhookRulesKeeper | None = None
@@ -93,6 +96,7 @@ async def running(
                 burst=serve_config.reconcile_burst,
                 workers=serve_config.reconcile_workers,
                 resync_period=serve_config.resync_seconds,
+                turns=turns,
             )
         if serve_config.no_sync_webhook_rules:
             log.info("policy webhooks' rules left as they are (--no-sync-webhook-rules)")

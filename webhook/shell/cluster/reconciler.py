@@ -6,8 +6,9 @@ of our annotation, or nothing when the value is already right. Only the Lease ho
 every replica serves admission.
 
 It shares the event loop with admission, and a summary is computed synchronously, so the
-reconciler keeps out of admission's way: its workers compute for at most `turn` seconds (plus
-the computation under way) before they let the loop serve what arrived meanwhile; and an object
+reconciler keeps out of admission's way: its workers compute in the process's turns
+(`process.turns`, shared with the informers' watch events), letting the loop serve what arrived
+meanwhile between two; and an object
 whose value was costly to compute (a Service that hundreds of routes send to) is held for a
 while after each computation — the changes that reach it meanwhile (a bulk create of those
 routes) are served by one computation at the window's end instead of one each.
@@ -47,6 +48,7 @@ from webhook.shell.cluster.pacing import AdaptiveRate
 from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
 from webhook.shell.process.logs import fields
 from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.turns import Turns
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +102,7 @@ class Reconciler:
 
     `workers` is the number of objects in hand at once, so of patches in flight; the rate
     starts at `qps` and adapts below it (`pacing.AdaptiveRate`), `burst` patches at most at once.
+    `turns` is the process's (`process.turns`), else one of `turn` seconds of its own.
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class Reconciler:
         hold_min: float = 1.0,
         hold_factor: float = 10.0,
         turn: float = 0.002,
+        turns: Turns | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"need at least one worker, got {workers}")
@@ -143,9 +147,7 @@ class Reconciler:
         self.limiter = TokenBucket(qps, burst)
         self.backoff = ItemBackoff(backoff_base, backoff_cap)
         self.hot_after, self.hold_min, self.hold_factor = hot_after, hold_min, hold_factor
-        self.turn = turn
-        self._turn_ends = 0.0  # `time.perf_counter()` after which workers yield before computing
-        self._turns = 0
+        self.turns = turns if turns is not None else Turns(turn)
         # Patches sent whose watch event has not arrived yet: key → (resourceVersion, value).
         self._sent: dict[ObjectKey, tuple[str | None, str | None]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -280,18 +282,8 @@ class Reconciler:
 
     async def _decided(self, key: ObjectKey) -> tuple[bool, str | None, str | None]:
         """`_wanted`, once the loop had its say if the reconciler's turn is over."""
-        if key in self.cache:
-            return self._wanted(key)  # nothing to compute: a lookup, no need to wait
-        while time.perf_counter() >= self._turn_ends:
-            turns = self._turns
-            # A request read by the loop now takes two more passes to be answered (its
-            # handler's task is woken, then runs): yield for three, so it goes first.
-            for _ in range(3):
-                await asyncio.sleep(0)
-            if self._turns == turns:  # no other worker began a turn meanwhile: this one's
-                self._turns += 1
-                self._turn_ends = time.perf_counter() + self.turn
-                break
+        if key not in self.cache:  # a lookup needs no turn; a computation does
+            await self.turns.take()
         return self._wanted(key)
 
     def _wanted(self, key: ObjectKey) -> tuple[bool, str | None, str | None]:
