@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import e2e_api, e2e_code, e2e_procs, e2e_profile, e2e_summary, e2e_world, promtext
+from webhook.shell.cluster import pacing
 
 cluster_lib = e2e_world.cluster_lib  # the end-to-end suite's control plane
 
 SETUPS = ("none", "noop", "ours")
 ADMISSION = "apiserver_admission_webhook_admission_duration_seconds"
 RECONCILE_COUNTERS = ("patches", "skips", "errors", "retries")
-DEFAULT_QPS = 200.0  # `--reconcile-qps`'s default: the fan-out is measured without the flag
+DEFAULT_QPS = pacing.DEFAULT_CEILING  # `--reconcile-qps`'s: the fan-out is measured without it
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from webhook.core.model.profiles import OperatorConfig
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.cli.manifests import load_store
+from webhook.shell.cluster import pacing  # its defaults only: light, unlike the rest of `cluster`
 from webhook.shell.https.endpoints import build_app
 from webhook.shell.https.server import run_until_stopped
 from webhook.shell.https.tls import CertFiles, ReloadingTLS, TLSConfigError, self_signed
@@ -82,11 +83,11 @@ def add_flags(
         help="ValidatingWebhookConfiguration whose policy webhooks' rules the leader keeps in step with the readable policy kinds")  # fmt: skip
     add("--webhook-rules-sync-seconds", type=float, default=float(env("--webhook-rules-sync-seconds", 10.0)),
         help="how often the leader re-checks which policy kinds it may read and those rules (CRD changes: at once)")  # fmt: skip
-    add("--reconcile-qps", type=float, default=float(env("--reconcile-qps", 200.0)),
+    add("--reconcile-qps", type=float, default=float(env("--reconcile-qps", pacing.DEFAULT_CEILING)),
         help="most annotation patches per second the leader may send; less after 429s or slow answers (docs/reliability.md)")  # fmt: skip
-    add("--reconcile-burst", type=int, default=int(env("--reconcile-burst", 40)),
+    add("--reconcile-burst", type=int, default=int(env("--reconcile-burst", pacing.DEFAULT_BURST)),
         help="patches that may go at once before --reconcile-qps applies")  # fmt: skip
-    add("--reconcile-workers", type=int, default=int(env("--reconcile-workers", 8)),
+    add("--reconcile-workers", type=int, default=int(env("--reconcile-workers", pacing.DEFAULT_IN_FLIGHT)),
         help="objects the leader reconciles at once: at most this many patches in flight")  # fmt: skip
     add("--resync-seconds", type=float, default=float(env("--resync-seconds", 600.0)),
         help="how often the leader re-checks every object's annotation (a safety net)")  # fmt: skip

@@ -19,6 +19,13 @@ from collections.abc import Callable
 
 _ACHIEVED_OVER = 1.0  # seconds of outcomes that say how fast patches actually went
 
+# The defaults of --reconcile-qps (the ceiling), --reconcile-burst and --reconcile-workers
+# (patches in flight). Why these values: docs/reliability.md, "Why these defaults", measured
+# with bench/e2e.py's fan-out. This module imports nothing heavy: `serve`'s flags read them.
+DEFAULT_CEILING = 300.0
+DEFAULT_BURST = 40
+DEFAULT_IN_FLIGHT = 8
+
 
 class AdaptiveRate:
     """The patch rate to use now (`rate`), from the outcome of each patch.

@@ -43,7 +43,7 @@ from webhook.core.model import kinds, meta
 from webhook.core.model.refs import CORE_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
-from webhook.shell.cluster import kubeapi
+from webhook.shell.cluster import kubeapi, pacing
 from webhook.shell.cluster.pacing import AdaptiveRate
 from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
 from webhook.shell.process.logs import fields
@@ -116,9 +116,9 @@ class Reconciler:
         resources: ResourceOf,
         ready: asyncio.Event | None = None,
         field_manager: str = "policy-webhook",
-        qps: float = 200.0,
-        burst: int = 40,
-        workers: int = 8,
+        qps: float = pacing.DEFAULT_CEILING,
+        burst: int = pacing.DEFAULT_BURST,
+        workers: int = pacing.DEFAULT_IN_FLIGHT,
         resync_period: float = 600.0,
         warn_after: int = 8,
         backoff_base: float = 0.2,
