@@ -66,3 +66,14 @@ def test_held_leaves_a_collector_that_was_off_off() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_tune_makes_full_passes_rarer_and_leaves_the_young_generations_alone() -> None:
+    before = gc.get_threshold()
+    try:
+        heap.tune()
+        young, middle, full = gc.get_threshold()
+        assert (young, middle) == before[:2]
+        assert full == heap.FULL_PASS_AFTER > before[2]
+    finally:
+        gc.set_threshold(*before)

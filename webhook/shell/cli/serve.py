@@ -175,6 +175,7 @@ async def _serve(serve_config: ServeConfig, *, config: OperatorConfig, settings:
             str(files.cert_file), str(files.key_file),
             client_ca_file=serve_config.client_ca_file, poll_interval=serve_config.tls_poll_seconds, metrics=metrics,
         )  # fmt: skip
+    heap.tune()
     async with contextlib.AsyncExitStack() as stack:
         record_event = None  # Events need a cluster (SPEC 8.2)
         if serve_config.manifests:
