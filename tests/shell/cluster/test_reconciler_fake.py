@@ -162,7 +162,8 @@ Scenario = Callable[[Reconciler, Store, FakeApiServer], Awaitable[None]]
 def run(
     fake: FakeApiServer, scenario: Scenario, store: Store | None = None, **options: Any
 ) -> None:
-    options = {"backoff_base": 0.01, "backoff_cap": 0.05, **options}  # retries in milliseconds
+    # Retries in milliseconds; no window after a patch unless a test is about it.
+    options = {"backoff_base": 0.01, "backoff_cap": 0.05, "repatch_after": 0.0, **options}
 
     async def main() -> None:
         async with serving(fake) as api:
@@ -667,6 +668,30 @@ def test_cheap_keys_are_not_held() -> None:
         assert reconciler.holds == 0
 
     run(fake, scenario, store, hot_after=10.0)
+
+
+def test_an_object_just_patched_gets_the_changes_of_its_window_in_one_patch() -> None:
+    """Nothing is costly here: it is the patch that holds each key. Six edits right after the
+    first pass make one patch per object, with the last edit's value, once the window is over
+    — a hub Service behind a bulk create is patched once a second, not once per route."""
+    fake = FakeApiServer()
+    store = colored_store()
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(lambda: len(fake.patches) == 3)
+        patched = time.monotonic()
+        await edits_in_a_row(store, 6, every=0.01)
+        assert len(fake.patches) == 3, "held: no second patch within the window"
+        assert await reconciler.wait_idle(5)
+        assert time.monotonic() - patched >= 0.4
+        assert sorted(fake.paths()[3:]) == sorted(fake.paths()[:3])
+        for *_, body in fake.patches[3:]:
+            (value,) = body["metadata"]["annotations"].values()
+            assert "shade-5" in value and "shade-4" not in value
+        assert reconciler.holds == 0, "no computation was costly"
+
+    run(fake, scenario, store, hot_after=10.0, repatch_after=0.5)
 
 
 def test_a_held_key_that_is_deleted_meanwhile_is_not_patched() -> None:

@@ -11,7 +11,10 @@ reconciler keeps out of admission's way: its workers compute in the process's tu
 meanwhile between two; and an object
 whose value was costly to compute (a Service that hundreds of routes send to) is held for a
 while after each computation — the changes that reach it meanwhile (a bulk create of those
-routes) are served by one computation at the window's end instead of one each.
+routes) are served by one computation at the window's end instead of one each. Likewise an
+object just patched is not patched again for `repatch_after` seconds: a Service whose value
+changes with every route of a bulk create gets one patch a second, not one per route — each
+patch is a write, a `/mutate` call and a watch event more for the API server.
 
 Why a JSON merge patch (RFC 7386) of `{"metadata": {"annotations": {KEY: value | null}}}`: it
 names one key of one map, so it can only set or remove that key — every other annotation,
@@ -98,7 +101,8 @@ class Reconciler:
     `patches`, `skips`, `errors` (failed patches) and `retries` (tries scheduled after a
     failure, 409s included) count since start; `failing` is how many objects wait for a retry;
     `holds` how many computations were costly enough (`hot_after` seconds) to hold their key
-    for max(`hold_min`, `hold_factor` times their cost).
+    for max(`hold_min`, `hold_factor` times their cost); a patched object's key is held for
+    `repatch_after` seconds (0: not at all).
 
     `workers` is the number of objects in hand at once, so of patches in flight; the rate
     starts at `qps` and adapts below it (`pacing.AdaptiveRate`), `burst` patches at most at once.
@@ -127,6 +131,7 @@ class Reconciler:
         hot_after: float = 0.005,
         hold_min: float = 1.0,
         hold_factor: float = 10.0,
+        repatch_after: float = 1.0,
         turn: float = 0.002,
         turns: Turns | None = None,
     ) -> None:
@@ -147,6 +152,7 @@ class Reconciler:
         self.limiter = TokenBucket(qps, burst)
         self.backoff = ItemBackoff(backoff_base, backoff_cap)
         self.hot_after, self.hold_min, self.hold_factor = hot_after, hold_min, hold_factor
+        self.repatch_after = repatch_after
         self.turns = turns if turns is not None else Turns(turn)
         # Patches sent whose watch event has not arrived yet: key → (resourceVersion, value).
         self._sent: dict[ObjectKey, tuple[str | None, str | None]] = {}
@@ -357,6 +363,8 @@ class Reconciler:
             return
         self._paced(time.monotonic() - started)
         self._succeeded(key, "patched")
+        if self.repatch_after > 0:  # changes within the window share the next patch (module doc)
+            self.queue.hold(key, self.repatch_after)
         self.patches += 1
         self.metrics.reconcile_patches.labels(kind=str(key.group_kind)).inc()
         logger.debug(
