@@ -1,6 +1,6 @@
 """`python -m bench e2e`: what a user feels, on the real kube-apiserver v1.20 of the e2e suite.
 
-    python -m bench e2e              # full run (sizes 300 and 3,000), about 40 minutes
+    python -m bench e2e              # full run (sizes 300 and 3,000), 8 to 10 minutes on the 2-core machine
     python -m bench --quick e2e      # small sizes, for checking the harness
     python -m bench.e2e --profile    # the same, with py-spy on ours (writes e2e-profile-*.txt)
 
