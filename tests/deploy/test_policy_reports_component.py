@@ -103,7 +103,7 @@ def test_the_webhook_may_keep_its_reports_and_nothing_else(docs: list[dict[str, 
         {
             "apiGroups": ["wgpolicyk8s.io"],
             "resources": ["policyreports", "clusterpolicyreports"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+            "verbs": ["get", "list", "create", "update", "delete"],
         }
     ]
     assert k.AGGREGATION_LABEL not in role["metadata"].get("labels", {})  # not a reading role

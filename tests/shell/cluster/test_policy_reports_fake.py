@@ -10,9 +10,11 @@ import asyncio
 import copy
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.fixtures.engine import CLUSTER, CRDS, docs, policy, route, store_of
 from webhook.core.annotation.dependencies import AffectedFeed
@@ -78,6 +80,14 @@ class Server:
             "webhooks": [{"name": "policies.policy-attachment.dev", "rules": [every]}]
         }
         monkeypatch.setattr(kubeapi, "request_json", self.request_json)
+
+    def leave_report_of_an_earlier_term(self, namespace: str) -> None:
+        """Our report in `namespace`, as a replica that led before this one wrote it."""
+        self.objects[writer_module._object_path(namespace)] = {
+            "apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+            "metadata": {"name": "policy-attachment", "namespace": namespace, "resourceVersion": "1",
+                         "labels": {"app.kubernetes.io/managed-by": "policy-attachment-webhook"}},
+        }  # fmt: skip
 
     def writes(self) -> list[tuple[str, str]]:
         return [(m, p) for m, p in self.requests if m != "GET"]
@@ -209,10 +219,7 @@ def test_a_namespace_whose_policies_are_gone_loses_its_report_even_one_from_an_e
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server = Server(monkeypatch)
-    stale = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
-             "metadata": {"name": "policy-attachment", "namespace": "old", "resourceVersion": "1",
-                          "labels": {"app.kubernetes.io/managed-by": "policy-attachment-webhook"}}}  # fmt: skip
-    server.objects[writer_module._object_path("old")] = stale
+    server.leave_report_of_an_earlier_term("old")
     store = store_of(CRDS, CLUSTER, REPORT_CRDS, ON_R, ON_GW)
     kept = writer(store)
     rounds(kept)
@@ -236,6 +243,42 @@ def test_a_report_changed_by_someone_else_is_read_again_and_put_right(
     store.delete(route("apps", "r"))
     rounds(kept, 2)  # 409, read again; then the write
     assert rules_of(server, "apps") == ["PA-T06"]
+
+
+REPORTS_RBAC = Path(__file__).parents[3] / "manifests/components/policy-reports/rbac.yaml"
+
+
+def _verb(method: str, path: str) -> str:
+    """The RBAC verb the API server checks for a request on a report or their collection."""
+    collection = path.endswith(("/policyreports", "/clusterpolicyreports"))
+    return {"GET": "list" if collection else "get", "POST": "create", "PUT": "update",
+            "DELETE": "delete", "PATCH": "patch"}[method]  # fmt: skip
+
+
+def test_every_request_for_reports_is_one_the_components_role_allows_and_it_allows_no_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Least privilege, read from both sides: the shipped ClusterRole against the verbs of the
+    requests the writer makes over its whole life — create, find unchanged, replace after a
+    finding appears and after someone else's edit (409, read again), list and delete the
+    reports of namespaces that no longer hold policies."""
+    server = Server(monkeypatch)
+    server.leave_report_of_an_earlier_term("old")
+    store = store_of(CRDS, CLUSTER, REPORT_CRDS, ON_R, ON_GW)
+    kept = writer(store)
+    rounds(kept, 2)
+    path = writer_module._object_path("apps")
+    server.objects[path]["metadata"]["resourceVersion"] = "999"  # an edit we did not see
+    store.delete(route("apps", "r"))
+    rounds(kept, 2)
+    store.delete(next(k for k in kept.book.audits() if k.namespace == "infra"))
+    rounds(kept)
+    used = {_verb(m, p) for m, p in server.requests if "wgpolicyk8s.io" in p}
+    (role,) = [
+        d for d in yaml.safe_load_all(REPORTS_RBAC.read_text()) if d["kind"] == "ClusterRole"
+    ]
+    (rule,) = role["rules"]
+    assert used == set(rule["verbs"]) == {"get", "list", "create", "update", "delete"}
 
 
 def test_without_the_crds_nothing_is_sent_and_one_line_says_why(
