@@ -185,6 +185,23 @@ def test_an_unreadable_kind_is_pa_k03_with_the_rule_to_add() -> None:
     assert row["category"] == "Kind"
 
 
+def test_pa_k02_of_a_kind_the_webhook_may_not_read_does_not_say_its_policies_are_annotated() -> (
+    None
+):
+    def k02_message(unreadable: frozenset[PolicyResource]) -> str:
+        (audit,) = audit_kinds(
+            facts(configuration(), {RETRY}, unreadable),
+            profile=store_of(CRDS).profile,
+            settings=Settings(),
+        )
+        return next(j.finding.message for j in audit.findings if j.finding.rule_id == "PA-K02")
+
+    assert k02_message(frozenset()).endswith("its policies are annotated but never checked")
+    unread = k02_message(frozenset({RETRY}))
+    assert "annotated but" not in unread and "not annotated either" in unread
+    assert "PA-K03" in unread
+
+
 def test_kind_findings_follow_the_configured_actions() -> None:
     silent = Settings(rule_actions={"PA-K02": "off", "PA-K03": "off"})
     assert kind_findings(facts(configuration(), {RETRY}, frozenset({RETRY})), silent) == {}

@@ -55,7 +55,15 @@ def audit_kinds(
             and resource in facts.judged
             and not sends_writes(facts.configuration, resource)
         ):
-            found.append(Finding("PA-K02", "", _not_sent(resource, facts.configuration_name)))
+            found.append(
+                Finding(
+                    "PA-K02",
+                    "",
+                    _not_sent(
+                        resource, facts.configuration_name, read=resource not in facts.unreadable
+                    ),
+                )
+            )
         if resource in facts.unreadable:
             found.append(Finding("PA-K03", "", _unreadable(resource)))
         gk_profile = profile(GroupKind(resource.group, resource.kind))
@@ -66,11 +74,18 @@ def audit_kinds(
     return out
 
 
-def _not_sent(resource: PolicyResource, configuration: str) -> str:
+def _not_sent(resource: PolicyResource, configuration: str, *, read: bool) -> str:
+    """SPEC §8.4's wording where the webhook reads the kind; where it may not (PA-K03 beside
+    it), its policies are not in the annotations either, and saying so would mislead."""
+    consequence = (
+        "its policies are annotated but never checked"
+        if read
+        else "its policies are never checked, and not annotated either while the webhook may "
+        "not read them (PA-K03)"
+    )
     return (
         f"writes of {resource.plural}.{resource.group} are not sent to this webhook: no rule "
-        f"of ValidatingWebhookConfiguration {configuration} covers them; its policies are "
-        "annotated but never checked"
+        f"of ValidatingWebhookConfiguration {configuration} covers them; {consequence}"
     )
 
 
