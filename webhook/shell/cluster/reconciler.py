@@ -7,11 +7,11 @@ every replica serves admission.
 
 It shares the event loop with admission, and a summary is computed synchronously, so the
 reconciler keeps out of admission's way: its workers compute in the process's turns
-(`process.turns`, shared with the informers' watch events), letting the loop serve what arrived
-meanwhile between two; and an object
-whose value was costly to compute (a Service that hundreds of routes send to) is held for a
-while after each computation — the changes that reach it meanwhile (a bulk create of those
-routes) are served by one computation at the window's end instead of one each. Likewise an
+(`process.turns`, shared with the informers' watch events), and the loop serves what arrived
+meanwhile between two turns. An object whose value was costly to compute (a Service that
+hundreds of routes send to) is held for a while after each computation — the changes that reach
+it meanwhile (a bulk create of those routes) are served by one computation at the window's end
+instead of one each. Likewise an
 object just patched is not patched again for `repatch_after` seconds: a Service whose value
 changes with every route of a bulk create gets one patch a second, not one per route — each
 patch is a write, a `/mutate` call and a watch event more for the API server.
