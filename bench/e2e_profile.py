@@ -17,7 +17,7 @@ from typing import Any
 # (activity, module, function): a frame of that function (any class's method of that name; any
 # function of the module when None) puts a sample in it; the outermost match wins.
 ACTIVITIES: tuple[tuple[str, str, str | None], ...] = (
-    ("admission (/mutate, /validate)", "webhook/shell/https/server.py", "_review"),
+    ("admission (/mutate, /validate)", "webhook/shell/https/endpoints.py", "_review"),
     ("reconciler workers", "webhook/shell/cluster/reconciler.py", "_work"),
     ("watch events into the store", "webhook/shell/cluster/informers.py", None),
     ("leader election", "webhook/shell/cluster/leader.py", None),

@@ -32,6 +32,7 @@ from webhook.shell.cluster.kubeapi import Resource
 from webhook.shell.cluster.reconciler import Reconciler, merge_patch_of_annotation, object_path
 from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
 from webhook.shell.process.metrics import Metrics
+from webhook.shell.process.turns import Turns
 
 SETTINGS = Settings()
 KEY = SETTINGS.annotation_key
@@ -798,7 +799,7 @@ def test_with_no_turn_at_all_every_computation_waits_for_the_loop_and_still_ends
         await until(lambda: len(fake.patches) == 3)
         assert await reconciler.wait_idle(5)
 
-    run(fake, scenario, store, turn=0.0)
+    run(fake, scenario, store, turns=Turns(length=0.0))
 
 
 def test_adds_of_a_held_key_coalesce_into_one_run_at_the_window_end() -> None:

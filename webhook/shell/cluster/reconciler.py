@@ -47,7 +47,6 @@ from webhook.core.model.refs import CORE_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.cluster import kubeapi, pacing
-from webhook.shell.cluster.pacing import AdaptiveRate
 from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
 from webhook.shell.process.logs import fields
 from webhook.shell.process.metrics import Metrics
@@ -106,7 +105,7 @@ class Reconciler:
 
     `workers` is the number of objects in hand at once, so of patches in flight; the rate
     starts at `qps` and adapts below it (`pacing.AdaptiveRate`), `burst` patches at most at once.
-    `turns` is the process's (`process.turns`), else one of `turn` seconds of its own.
+    `turns` is the process's (`process.turns`), shared with its informers; else its own.
     """
 
     def __init__(
@@ -132,7 +131,6 @@ class Reconciler:
         hold_min: float = 1.0,
         hold_factor: float = 10.0,
         repatch_after: float = 1.0,
-        turn: float = 0.002,
         turns: Turns | None = None,
     ) -> None:
         if workers < 1:
@@ -148,12 +146,12 @@ class Reconciler:
         self.warn_after = warn_after
         self.request_timeout = request_timeout
         self.queue = WorkQueue()
-        self.pacing = AdaptiveRate(qps)
+        self.pacing = pacing.AdaptiveRate(qps)
         self.limiter = TokenBucket(qps, burst)
         self.backoff = ItemBackoff(backoff_base, backoff_cap)
         self.hot_after, self.hold_min, self.hold_factor = hot_after, hold_min, hold_factor
         self.repatch_after = repatch_after
-        self.turns = turns if turns is not None else Turns(turn)
+        self.turns = turns if turns is not None else Turns()
         # Patches sent whose watch event has not arrived yet: key → (resourceVersion, value).
         self._sent: dict[ObjectKey, tuple[str | None, str | None]] = {}
         self._task: asyncio.Task[None] | None = None
