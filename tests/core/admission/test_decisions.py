@@ -108,6 +108,17 @@ def test_a_review_without_user_info_or_with_odd_groups_still_makes_a_line() -> N
     assert decisions.decision_of(review, DENIED).groups == ("dev", "ops")
 
 
+@pytest.mark.parametrize("user_info", [True, ["dev"], 7, "dev", None])
+def test_user_info_that_is_not_an_object_makes_a_line_with_no_user(user_info: Any) -> None:
+    """Found by the HTTPS property test: `userInfo: true` made the decision log raise after the
+    verdict, and the review was answered 500."""
+    review = request()
+    review["userInfo"] = user_info
+    decision = decisions.decision_of(review, DENIED)
+    assert (decision.user, decision.groups) == ("", ())
+    assert decisions.request_fields(review, "patched", 0.1)["user"] == ""
+
+
 def test_a_cause_is_one_line_however_the_finding_was_written() -> None:
     verdict = Verdict((Judged(Finding("PA-S04", "spec.x\ny", "bad\nvalue " + "v" * 900), "deny"),))
     (cause,) = decisions.decision_of(request(), verdict).causes

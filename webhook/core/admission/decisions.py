@@ -75,7 +75,7 @@ def decision_of(request: Request, verdict: Verdict) -> Decision:
     """The decision `verdict` made on `request`."""
     kind = request["kind"]
     namespace, name = _named(request)
-    user = request.get("userInfo") or {}
+    user = _user_info(request)
     return Decision(
         uid=request["uid"],
         operation=request["operation"],
@@ -129,10 +129,17 @@ def request_fields(request: Request, verdict: str, latency_ms: float) -> dict[st
         "kind": str(GroupKind(kind.get("group", ""), kind["kind"])),
         "namespace": namespace,
         "name": name,
-        "user": _text((request.get("userInfo") or {}).get("username")),
+        "user": _text(_user_info(request).get("username")),
         "verdict": verdict,
         "latencyMs": latency_ms,
     }
+
+
+def _user_info(request: Request) -> Mapping[str, Any]:
+    """`userInfo`, or nothing where it is not an object: the decision is described, whoever
+    sent it, and a caller's malformed field never turns the answer into a 500."""
+    user = request.get("userInfo")
+    return user if isinstance(user, Mapping) else {}
 
 
 def _named(request: Request) -> tuple[str, str]:
