@@ -423,3 +423,30 @@ def test_a_gateway_whose_listeners_change_is_computed_from_them_even_with_a_cach
     assert ops == mutation.mutate(req, view=store, settings=SETTINGS)
     assert colours(applied(gateway, ops)["metadata"]["annotations"][KEY]) == ["red"]
     assert (cache.hits, cache.misses) == (0, 1), "the cache was asked only above"
+
+
+def test_a_created_route_once_written_is_in_the_cache_with_the_value_mutate_patched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """/mutate hands its value over: the leader, asked about the route its watch brings, finds
+    it without a second computation (the uid and creation time the API server adds are not
+    read by a route's summary)."""
+    store = cluster()
+    cache = SummaryCache(store, SETTINGS)
+    created = incoming_route()
+    created["metadata"]["namespace"] = ""  # left to the request's, as `kubectl create -n` may
+    ops = mutation.mutate(request(created), view=store, settings=SETTINGS, cache=cache)
+    written = applied(created, ops)
+    written["metadata"].update(
+        namespace="apps", uid="7d1c", creationTimestamp="2026-12-03T20:00:00Z", resourceVersion="41"
+    )
+    store.upsert(written)
+
+    def no_second_computation(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(summary, "summarize_in_pieces", no_second_computation)
+    key = ObjectKey("gateway.networking.k8s.io", "HTTPRoute", "apps", "r")
+    assert cache.get(key) == written["metadata"]["annotations"][KEY]
+    assert colours(written["metadata"]["annotations"][KEY]) == ["red"]
+    assert cache.adopted == 1 and cache.hits == 1

@@ -10,11 +10,17 @@ from typing import Any
 
 import pytest
 from hypothesis import example, given
+from hypothesis import strategies as st
 
 from tests.fixtures.budget import whole_clusters
 from tests.fixtures.changes import (
+    BACKENDS,
     CHANGES,
     GROUP,
+    OPS,
+    PARENTS,
+    ROUTE_APPS,
+    ROUTES,
     SETTINGS,
     STARTS,
     TIMES,
@@ -30,11 +36,13 @@ from tests.fixtures.changes import (
     route_doc,
 )
 from tests.fixtures.engine import gateway, route, service
+from webhook.core.annotation import cache as cache_module
 from webhook.core.annotation import dependencies, summary
 from webhook.core.annotation.cache import SummaryCache
 from webhook.core.engine import effective
-from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey
+from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey, key_of
 from webhook.core.model.settings import Settings
+from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import ClusterView, Store
 
 # --- the property ----------------------------------------------------------------------------
@@ -332,3 +340,119 @@ def test_a_refresh_that_outgrows_the_cap_gives_the_truncated_value() -> None:
     assert value == summary.summarize(r1, rebuilt(store), small)
     apply(store, GW_POLICY)  # back under the cap: the truncated entry is recomputed whole
     assert cache.get(r1) == fitting
+
+
+# --- values handed over by /mutate -----------------------------------------------------------
+
+ADMITTED_ROUTES = st.builds(
+    lambda r, p, b, a: route_doc(*ROUTES[r], p, b, a),
+    st.integers(0, len(ROUTES) - 1),
+    st.integers(0, len(PARENTS) - 1),
+    st.integers(0, len(BACKENDS) - 1),
+    st.integers(0, len(ROUTE_APPS)),
+)
+
+
+def hand_over(cache: SummaryCache, store: Store, doc: dict[str, Any]) -> None:
+    """What /mutate does for `doc`: its value on the store plus `doc`, handed to the cache."""
+    key = key_of(doc)
+    assert key is not None
+    found = summary.summarize_in_pieces(key, OverlayView(store, upserts=[doc]), SETTINGS)
+    cache.admitted(key, doc, found)
+
+
+def as_written(doc: dict[str, Any], n: int) -> dict[str, Any]:
+    """`doc` as the watch brings it once written: uid, creation time, our annotation."""
+    written = copy.deepcopy(doc)
+    written["metadata"].update(uid=f"uid-{n}", creationTimestamp=TIMES[0], resourceVersion=str(n))
+    written["metadata"]["annotations"] = {SETTINGS.annotation_key: "whatever was patched"}
+    return written
+
+
+@example(start=[GW_POLICY], steps=[(route_doc("apps", "r1", 2, 1), True, None)])
+@example(
+    start=[GW_POLICY],
+    steps=[(route_doc("apps", "r1", 2, 1), True, ("upsert", policy_on_gateway("p9", "blue")))],
+)
+@example(start=[GW_POLICY], steps=[(route_doc("apps", "r1", 2, 1), False, None)])
+@whole_clusters(120)
+@given(
+    start=STARTS,
+    steps=st.lists(
+        st.tuples(ADMITTED_ROUTES, st.booleans(), st.none() | OPS), min_size=1, max_size=6
+    ),
+)
+def test_values_handed_over_by_mutate_never_make_an_entry_stale(
+    start: list[Op], steps: list[tuple[dict[str, Any], bool, Op | None]]
+) -> None:
+    """SPEC §5.8 with /mutate's hand-over: a route is shown to /mutate, then maybe another
+    change lands first, then that route — or, when `same` is false, another drawn one — is
+    written. Whatever the order, every cached answer equals a fresh computation."""
+    store = base_store()
+    for op in start:
+        apply(store, op)
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))
+    for n, (doc, same, between) in enumerate(steps):
+        hand_over(cache, store, doc)
+        if between is not None:
+            apply(store, between)
+        written = doc if same else route_doc("apps", "r1", 0, 0)
+        store.upsert(as_written(written, n))
+        assert_fresh(cache, store, sorted({*annotated(store)}))
+
+
+def test_a_route_written_as_mutate_saw_it_is_not_computed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = base_store()
+    store.upsert(policy_on_gateway("p0", "red"))
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))
+    doc = route_doc("apps", "r9", 0, 0)
+    hand_over(cache, store, doc)
+    store.upsert(as_written(doc, 1))
+    r9 = route("apps", "r9")
+    assert r9 in cache and cache.adopted == 1
+    misses = cache.misses
+    assert cache.get(r9) == summary.summarize(r9, rebuilt(store), SETTINGS) is not None
+    assert cache.misses == misses
+
+
+@pytest.mark.parametrize(
+    "between", [("upsert", policy_on_gateway("p1", "blue")), ("delete", route("apps", "r1"))]
+)
+def test_a_value_handed_over_is_dropped_when_another_write_comes_first(between: Op) -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))
+    doc = route_doc("apps", "r9", 0, 0)
+    hand_over(cache, store, doc)
+    apply(store, between)
+    store.upsert(as_written(doc, 1))
+    assert cache.adopted == 0 and route("apps", "r9") not in cache
+
+
+def test_a_value_handed_over_is_dropped_when_the_object_written_differs() -> None:
+    """Another mutating webhook after ours may have moved the route: its value is computed."""
+    store = base_store()
+    store.upsert(policy_on_gateway("p0", "red"))
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))
+    hand_over(cache, store, route_doc("apps", "r9", 0, 0))
+    store.upsert(as_written(route_doc("apps", "r9", 2, 0), 1))  # on gw2: another value
+    assert cache.adopted == 0
+    assert_fresh(cache, store, annotated(store))
+
+
+def test_the_hand_over_is_what_the_property_would_catch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: with any written object taken for the one /mutate saw, the property fails."""
+    monkeypatch.setattr(cache_module, "as_admitted", lambda obj: {})
+    store = base_store()
+    store.upsert(policy_on_gateway("p0", "red"))
+    cache = SummaryCache(store, SETTINGS)
+    assert_fresh(cache, store, annotated(store))
+    hand_over(cache, store, route_doc("apps", "r9", 0, 0))
+    store.upsert(as_written(route_doc("apps", "r9", 2, 0), 1))
+    with pytest.raises(AssertionError, match="stale cache entry"):
+        assert_fresh(cache, store, annotated(store))

@@ -81,6 +81,7 @@ def test_metrics_count_requests_by_endpoint_and_verdict_and_findings_by_rule(
     families = {family.name for family in text_string_to_metric_families(reply.text)}
     assert {
         "policy_webhook_cache_hits",
+        "policy_webhook_cache_adopted",
         "policy_webhook_store_objects",
         "policy_webhook_watch_restarts",
         "policy_webhook_reconcile_patches",

@@ -5,7 +5,10 @@ object (its parentRefs, listeners, backendRefs as submitted) overlaid on the vie
 adds, replaces or removes one key under `metadata.annotations` and never touches anything else.
 When the incoming object differs from the stored one only where no summary reads (the
 reconciler's own patch coming back, a label or status write), that cluster *is* the view, and
-the value is the cache's: the same string, without a second computation.
+the value is the cache's: the same string, without a second computation. A value computed on
+the overlay is handed to the cache (`SummaryCache.admitted`), which keeps it if the object is
+written as it was shown and nothing else is written first: the leader, checking the new
+object, then computes nothing.
 Decision (docs/decisions.md): a CREATE with `generateName` and no name yet gets no patch;
 nothing can target an object without a name, and the reconciler annotates it once it exists.
 """
@@ -52,10 +55,14 @@ def mutate(
     incoming, key = _with_identity(obj, metadata, gk, request)
     if key is None:
         return []
-    if cache is not None and unchanged_for_summaries(key, incoming, view):
+    if cache is None:
+        value = summary.summarize(key, OverlayView(view, upserts=[incoming]), settings)
+    elif unchanged_for_summaries(key, incoming, view):
         value = cache.get(key)  # the overlay would be the view itself: same value (SPEC §5.8)
     else:
-        value = summary.summarize(key, OverlayView(view, upserts=[incoming]), settings)
+        found = summary.summarize_in_pieces(key, OverlayView(view, upserts=[incoming]), settings)
+        cache.admitted(key, incoming, found)  # the write that follows needs no computation
+        value = found[0]
     return patch_for(metadata.get("annotations"), settings.annotation_key, value)
 
 

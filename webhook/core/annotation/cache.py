@@ -14,6 +14,10 @@ stale on the objects it affects, and the next `get` recomputes that kind alone (
 interact, SPEC §5) — a RetryPolicy edit on a busy Gateway leaves its thousands of objects'
 other kinds as they were. A Service behind many routes is computed from its pieces by route
 (`hubs`), so that a route's write does not make it cost all its routes again.
+
+A value `/mutate` computed for an object about to be written is handed over (`admitted`): when
+the store's very next write is that object, as it was shown, the entry is that value — the
+leader's reconciler, asked about the new route, then finds it without computing it again.
 """
 
 from __future__ import annotations
@@ -30,12 +34,17 @@ from webhook.core.annotation.dependencies import AffectedFeed
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
+from webhook.core.state.trim import as_admitted
 
 # Objects (--cache-max-objects); an entry is one annotation string (≤ 16 KiB, most far less).
 # Past it entries are evicted, least recently used first: still right, but a policy change on
 # an evicted object costs a whole recomputation instead of its kind's piece.
 DEFAULT_MAXSIZE = 65_536
 DEFAULT_TTL = 600.0  # seconds; a safety net only, so long: correctness never waits for it
+# Values /mutate handed over and not yet written. Every write outdates all of them (each is
+# good only for the write that comes next), so a few are ever waiting; the bound is for a
+# cache whose writes it does not hear (an empty cache asks for none).
+MAX_ADMITTED = 64
 
 
 @dataclass(slots=True)
@@ -67,8 +76,11 @@ class SummaryCache:
         self._entries: TTLCache[ObjectKey, _Entry] = TTLCache(maxsize, ttl, timer=timer)
         self.hits = 0
         self.misses = 0
+        self.adopted = 0  # values handed over by /mutate and kept (`admitted`)
+        # key → (store revision the value was computed on, the object as shown, its entry)
+        self._admitted: dict[ObjectKey, tuple[int, dict[str, Any], _Entry]] = {}
         self.feed = feed if feed is not None else AffectedFeed(store)
-        self.feed.subscribe(self._drop, wanted=lambda: bool(self._entries))
+        self.feed.subscribe(self._drop, wanted=lambda: bool(self._entries or self._admitted))
 
     def get(self, key: ObjectKey) -> str | None:
         """The annotation value for `key` (None: no policy reaches it, or no such object)."""
@@ -83,6 +95,24 @@ class SummaryCache:
             entry = self._computed(key)
         self._entries[key] = entry
         return entry.value
+
+    def admitted(
+        self,
+        key: ObjectKey,
+        obj: Mapping[str, Any],
+        found: tuple[str | None, summary.Spans | None],
+    ) -> None:
+        """`found` is `summary.summarize_in_pieces(key, store + obj)` on the store as it is now.
+
+        /mutate's value for an object the API server is about to write. If the store's next
+        write is `key`, equal to `obj` in all a summary reads (`trim.as_admitted`: the uid and
+        creation time the API server adds are not read), the store then is exactly the view it
+        was computed on (SPEC §5.8), and the entry is `found`. Any other write first, or an
+        object that differs: dropped, computed on demand as ever.
+        """
+        if len(self._admitted) >= MAX_ADMITTED:
+            self._admitted.clear()
+        self._admitted[key] = (self._store.revision, as_admitted(obj), _Entry(*found))
 
     def _computed(self, key: ObjectKey) -> _Entry:
         # A Service behind many routes from its pieces by route (the same bytes): a route's
@@ -125,6 +155,17 @@ class SummaryCache:
                 entry.stale.add(kind)  # only that kind's piece can differ
             else:
                 del self._entries[stale]
+        admitted = self._admitted.pop(key, None) if self._admitted else None
+        self._admitted.clear()  # computed before this write: none is this state's any more
+        if (
+            admitted is not None
+            and new is not None
+            and admitted[0] + 1 == self._store.revision  # no other write came between
+            and kind is None
+            and admitted[1] == as_admitted(new)
+        ):
+            self._entries[key] = admitted[2]
+            self.adopted += 1
 
     def _policy_kind(
         self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None

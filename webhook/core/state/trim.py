@@ -29,6 +29,10 @@ _METADATA_FIELDS = (
 # view of the hierarchy: a change of only these is no change to anything computed from the object.
 _UNREAD_METADATA = frozenset({"annotations", "resourceVersion", "generation", "managedFields"})
 _UNREAD_TOP = frozenset({"status"})
+# Set by the API server as it stores a new object, after mutating admission has seen it. Read of
+# policies only (SPEC §4.4's order by age; an audit finding's uid), never for the summary of an
+# annotated object.
+_SET_WHEN_STORED = frozenset({"uid", "creationTimestamp"})
 # A Service port is a section by `name` and is selected by `port` number (SPEC §2.2, §4.3).
 _SERVICE_PORT_FIELDS = ("name", "port", "protocol")
 # What discovery (plural, scope, served versions) and `profile_from_crd` read from a CRD.
@@ -126,4 +130,17 @@ def relevant(obj: Mapping[str, Any]) -> dict[str, Any]:
     metadata = obj.get("metadata")
     if isinstance(metadata, Mapping):
         out["metadata"] = {k: v for k, v in metadata.items() if k not in _UNREAD_METADATA}
+    return out
+
+
+def as_admitted(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """`relevant(trim(obj))` without what the API server adds when it stores a new object.
+
+    For an annotated object (a Gateway, a route, a Service), the object `/mutate` was shown
+    and the same object from the watch, once written, compare equal: same summary.
+    """
+    out = relevant(trim(obj))
+    metadata = out.get("metadata")
+    if isinstance(metadata, Mapping):
+        out["metadata"] = {k: v for k, v in metadata.items() if k not in _SET_WHEN_STORED}
     return out

@@ -229,7 +229,7 @@ class _Exporter:
     ) -> None:
         self.cache, self.store, self.metrics = cache, store, metrics
         self.source, self.readiness, self.max_age = source, readiness, max_age
-        self._hits = self._misses = 0
+        self._hits = self._misses = self._adopted = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -251,6 +251,8 @@ class _Exporter:
         self.metrics.cache_hits.inc(hits - self._hits)
         self.metrics.cache_misses.inc(misses - self._misses)
         self._hits, self._misses = hits, misses
+        self.metrics.cache_adopted.inc(self.cache.adopted - self._adopted)
+        self._adopted = self.cache.adopted
         age = self.source.last_sync_age()
         if age != float("inf"):
             self.metrics.state_age.set(age)

@@ -116,6 +116,11 @@ class Metrics:
         self.cache_misses = Counter(
             f"{PREFIX}_cache_misses", "Effective-policy summaries computed afresh.", registry=r
         )
+        self.cache_adopted = Counter(
+            f"{PREFIX}_cache_adopted",
+            "Summaries /mutate computed for an object that the cache kept once it was written.",
+            registry=r,
+        )
         self.store_objects = Gauge(
             f"{PREFIX}_store_objects",
             "Objects held in the in-memory store, by kind (Kind.group).",
