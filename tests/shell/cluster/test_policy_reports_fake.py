@@ -432,3 +432,42 @@ def test_with_the_rules_keeper_its_reading_serves_and_the_writer_reads_no_config
     rounds(kept, writer_module.UNSENT_READINGS)
     assert rules_of(server, "") == ["PA-K02"]
     assert [p for _, p in server.requests if p.startswith(CONFIGURATIONS)] == []
+
+
+def test_without_the_crds_only_a_crds_write_wakes_the_writer_and_then_it_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bulk create of routes on a cluster without the report CRDs costs the writer nothing;
+    the CRDs, once installed, start the reports without a restart."""
+    server = Server(monkeypatch)
+    store = store_of(CRDS, CLUSTER, ON_R)
+    kept = writer(store)
+    asked: list[bool] = []
+    installed = kept._installed
+
+    def counted() -> bool:
+        asked.append(True)
+        return installed()
+
+    monkeypatch.setattr(kept, "_installed", counted)
+
+    async def term() -> tuple[int, int]:
+        kept.set_leading(True)
+        while not asked:
+            await asyncio.sleep(0.01)
+        for _ in range(50):
+            store.delete(route("apps", "r"))
+            store.upsert(docs(CLUSTER)[4])
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.05)
+        during_routes = len(asked)
+        for crd in docs(REPORT_CRDS):
+            store.upsert(crd)
+        while kept.writes == 0:
+            await asyncio.sleep(0.01)
+        await kept.stop()
+        return during_routes, kept.writes
+
+    during_routes, writes = asyncio.run(asyncio.wait_for(term(), 10))
+    assert during_routes == 1, "100 route writes woke the writer"
+    assert writes > 0 and server.requests

@@ -123,6 +123,8 @@ class PolicyReportWriter(LeadingTask):
     def _on_change(
         self, key: ObjectKey, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
     ) -> None:
+        if self._installed_said is False and key.group_kind != kinds.CRD:
+            return  # without the report CRDs only a CRD's write can change anything here
         self._wake.set()  # the book knows what it affects; the loop decides whether to work
 
     # --- the term ------------------------------------------------------------------------------
