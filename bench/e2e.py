@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import e2e_api, e2e_code, e2e_procs, e2e_profile, e2e_summary, e2e_world, promtext
-from webhook.shell.cluster import pacing
+from webhook.shell.cluster import live, pacing
 
 cluster_lib = e2e_world.cluster_lib  # the end-to-end suite's control plane
 
@@ -184,6 +184,7 @@ class Bench:
         row: dict[str, Any] = {"setup": setup, "size": size, "round": round_no}
         try:
             log_at = ours.log_size() if ours else 0
+            cache_before = cache_by_name(ours.samples()) if ours else {}
             metrics, cpu = self.scrape(), self.cpu(pid)
             names = [f"r-{i}" for i in range(size)]
             phase = f"bulk-{size}"
@@ -194,6 +195,8 @@ class Bench:
             if ours is not None:
                 row["handler"] = e2e_summary.handler_latency(ours.decisions(log_at))
                 row["settled_after_s"] = self.wait_idle(ours, timeout=600)
+                time.sleep(live.EXPORT_SECONDS + 0.5)  # the cache's counters reach /metrics
+                row["cache"] = delta(cache_by_name(ours.samples()), cache_before)
                 row["fanout"] = self.fanout(ours, size, DEFAULT_QPS, profile=last)
         finally:
             if ours is not None or noop is not None:
@@ -261,6 +264,14 @@ class Bench:
 
 
 # --- metrics helpers ------------------------------------------------------------------------
+
+
+def cache_by_name(samples: promtext.Samples) -> dict[str, float]:
+    """The summary cache's counters: hits, misses, values /mutate handed over and kept."""
+    return {
+        name: promtext.total(samples, f"policy_webhook_cache_{name}_total")
+        for name in ("hits", "misses", "adopted")
+    }
 
 
 def reconcile_counts(samples: promtext.Samples) -> tuple[float, ...]:
