@@ -3,10 +3,13 @@
     python -m bench e2e              # full run (sizes 300 and 3,000), 8 to 10 minutes on the 2-core machine
     python -m bench --quick e2e      # small sizes, for checking the harness
     python -m bench.e2e --profile    # the same, with py-spy on ours (writes e2e-profile-*.txt)
+    python -m bench.e2e --baseline REV   # also ours as of REV, alternating: a change's ratio
 
-Three set-ups side by side, the order flipping every round: no webhook registered, a no-op
-webhook registered with the shipped configurations, and ours (`policy-webhook serve`, started
-from a converged state). Per set-up and size: the wall time of one `kubectl create -f` of a List
+Four set-ups side by side, the order flipping every round: no webhook registered, a no-op
+webhook registered with the shipped configurations, the *floor* (that no-op adding an annotation
+of our size to each route and watching the routes: what any webhook that annotates makes the
+API server do, at no cost of its own) and ours (`policy-webhook serve`, started from a converged
+state). Per set-up and size: the wall time of one `kubectl create -f` of a List
 of N HTTPRoutes (one Gateway with a RetryPolicy, one backend Service shared by all), the CPU
 each process spent, and the API server's own admission latency histogram for the webhooks.
 With ours, also the fan-out of one policy edit (until every route's annotation says the new
@@ -31,7 +34,9 @@ from webhook.shell.cluster import live, pacing
 
 cluster_lib = e2e_world.cluster_lib  # the end-to-end suite's control plane
 
-SETUPS = ("none", "noop", "ours")
+# `floor`: the no-op adding an annotation of our size and watching the routes (`bench.servers`):
+# what any webhook that annotates costs the API server, at no cost of its own.
+SETUPS = ("none", "noop", "floor", "ours")
 ADMISSION = "apiserver_admission_webhook_admission_duration_seconds"
 RECONCILE_COUNTERS = ("patches", "skips", "errors", "retries")
 DEFAULT_QPS = pacing.DEFAULT_CEILING  # `--reconcile-qps`'s: the fan-out is measured without it
@@ -45,6 +50,7 @@ class E2EConfig:
     probes: int  # single-route events per growth size
     fast_qps: float | None  # a second fan-out with this ceiling (None: only the default)
     profile: bool = False
+    baseline: str | None = None  # a revision whose `webhook/` runs as a fourth set-up, `base`
 
 
 FULL = E2EConfig((300, 3000), (3, 2), (100, 300, 1000, 3000), probes=20, fast_qps=1000.0)
@@ -64,6 +70,7 @@ class Bench:
         self.marker = 1
         self.started = 0
         self.api: e2e_api.Api | None = None
+        self.base_root: Path | None = None  # `--baseline`'s code, set by `run`
 
     # --- the control plane ------------------------------------------------------------------
 
@@ -123,12 +130,23 @@ class Bench:
             self.cluster.kubectl("delete", kind, "policy-webhook-bench", "--ignore-not-found")
         time.sleep(1.5)
 
+    def floor_args(self) -> list[str]:
+        """The no-op as the floor (`bench.servers`): our annotation added, the routes watched."""
+        value = self.workdir / "floor-annotation.txt"
+        text = f"{e2e_world.ANNOTATION}\n{e2e_world.annotation_value(self.marker)}"
+        value.write_text(text, encoding="utf-8")
+        kubeconfig = str(self.cluster.kubeconfig)
+        return ["--annotate", str(value), "--watch", kubeconfig, e2e_world.ROUTES_PATH]
+
     # --- ours ---------------------------------------------------------------------------------
 
-    def start_ours(self, *args: str) -> e2e_procs.Ours:
-        """A fresh `policy-webhook serve`, leading, with its first reconcile pass done."""
+    def start_ours(self, *args: str, base: bool = False) -> e2e_procs.Ours:
+        """A fresh `policy-webhook serve`, leading, with its first reconcile pass done; with
+        `base`, of the baseline's code."""
         self.started += 1
         ours = e2e_procs.Ours(self.cluster, self.workdir, name=f"ours-{self.started}", args=args)
+        if base:
+            ours.code_root = self.base_root
         ours.start()
         self.wait_idle(ours, timeout=300)
         return ours
@@ -173,11 +191,11 @@ class Bench:
         self.clear_routes()
         ours: e2e_procs.Ours | None = None
         noop: e2e_procs.Noop | None = None
-        if setup == "ours":
-            ours = self.start_ours()
+        if setup in ("ours", "base"):
+            ours = self.start_ours(base=setup == "base")
             self.register(ours.endpoint)
-        elif setup == "noop":
-            noop = e2e_procs.Noop(self.workdir)
+        elif setup in ("noop", "floor"):
+            noop = e2e_procs.Noop(self.workdir, self.floor_args() if setup == "floor" else ())
             noop.start()
             self.register(noop.endpoint)
         pid = ours.pid if ours else noop.pid if noop else None
@@ -188,16 +206,22 @@ class Bench:
             metrics, cpu = self.scrape(), self.cpu(pid)
             names = [f"r-{i}" for i in range(size)]
             phase = f"bulk-{size}"
-            with self.profiled(ours, phase) if ours and last else contextlib.nullcontext():
+            profile = setup == "ours" and last
+            with self.profiled(ours, phase) if ours and profile else contextlib.nullcontext():
                 row["wall_s"] = self.create_routes(names)
             row["cpu_s"] = delta(self.cpu(pid), cpu)
+            if setup == "floor":  # a floor that did not annotate would flatter every ratio
+                assert self.api is not None
+                created = self.api.get(f"{e2e_world.ROUTES_PATH}/{names[0]}")
+                if e2e_world.annotation_of(created) is None:
+                    raise RuntimeError("the floor's /mutate added no annotation")
             row["admission"] = admission(metrics, self.scrape())
             if ours is not None:
                 row["handler"] = e2e_summary.handler_latency(ours.decisions(log_at))
                 row["settled_after_s"] = self.wait_idle(ours, timeout=600)
                 time.sleep(live.EXPORT_SECONDS + 0.5)  # the cache's counters reach /metrics
                 row["cache"] = delta(cache_by_name(ours.samples()), cache_before)
-                row["fanout"] = self.fanout(ours, size, DEFAULT_QPS, profile=last)
+                row["fanout"] = self.fanout(ours, size, DEFAULT_QPS, profile=profile)
         finally:
             if ours is not None or noop is not None:
                 self.unregister()
@@ -205,7 +229,7 @@ class Bench:
                 noop.stop()
             if ours is not None:
                 ours.stop()
-        if ours is not None and self.config.fast_qps:
+        if setup == "ours" and self.config.fast_qps:
             row["fanout_fast"] = self.fast_fanout(size, profile=last)
         return row
 
@@ -307,15 +331,19 @@ def admission(before: promtext.Samples, after: promtext.Samples) -> dict[str, An
 # --- the part ---------------------------------------------------------------------------------
 
 
-def run(config: E2EConfig, *, out: Path, log: Log = print) -> dict[str, Any]:
+def run(
+    config: E2EConfig, *, out: Path, log: Log = print, base_root: Path | None = None
+) -> dict[str, Any]:
     """Every measurement of the part on one control plane; the result is `e2e.json`."""
     bench = Bench(config, out, log)
+    bench.base_root = base_root
     rows: list[dict[str, Any]] = []
     try:
         bench.start()
         for size, rounds in zip(config.sizes, config.rounds, strict=True):
+            setups = SETUPS + (("base",) if config.baseline else ())
             for round_no in range(rounds):
-                order = SETUPS if round_no % 2 == 0 else tuple(reversed(SETUPS))
+                order = setups if round_no % 2 == 0 else tuple(reversed(setups))
                 for setup in order:
                     row = bench.bulk(setup, size, round_no, last=round_no == rounds - 1)
                     rows.append(row)
@@ -344,8 +372,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", help="comma-separated rounds per size, e.g. 3,2")
     parser.add_argument("--growth-sizes", help="comma-separated, e.g. 100,300,1000,3000")
     parser.add_argument("--out", type=Path, default=e2e_world.ROOT / "bench" / "out" / "e2e-runs")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run ours as of REV (set-up `base`): a change's ratio",
+    )
     args = parser.parse_args(argv)
-    config = replace(QUICK if args.quick else FULL, profile=args.profile)
+    config = replace(QUICK if args.quick else FULL, profile=args.profile, baseline=args.baseline)
     if args.sizes:
         config = replace(config, sizes=_ints(args.sizes), rounds=_ints(args.rounds or "1"))
         if len(config.rounds) != len(config.sizes):
@@ -353,9 +386,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.growth_sizes is not None:  # "" runs no growth phase
         config = replace(config, growth_sizes=_ints(args.growth_sizes))
     args.out.mkdir(parents=True, exist_ok=True)
-    with e2e_code.committed() as code:
-        result = run(config, out=args.out, log=lambda m: print(m, flush=True))
+    with contextlib.ExitStack() as stack:
+        code = stack.enter_context(e2e_code.committed())
+        base = stack.enter_context(e2e_code.extracted(args.baseline)) if args.baseline else None
+        result = run(config, out=args.out, log=lambda m: print(m, flush=True),
+                     base_root=base[0] if base else None)  # fmt: skip
     result.update(code=code, unix_time=time.time())
+    if base is not None:
+        result["baseline_code"] = base[1]
     (args.out / "e2e.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0
 

@@ -29,26 +29,37 @@ _ENV = "BENCH_CODE_ROOT"  # what `snapshot.code_root()` reads
 @contextlib.contextmanager
 def committed(rev: str = "HEAD") -> Iterator[dict[str, Any]]:
     """For the block, measuring processes run `webhook/` as of `rev`; yields its identity."""
+    with extracted(rev) as (folder, code):
+        previous = os.environ.get(_ENV)
+        os.environ[_ENV] = str(folder)
+        try:
+            yield code
+        finally:
+            if previous is None:
+                os.environ.pop(_ENV, None)
+            else:
+                os.environ[_ENV] = previous
+
+
+@contextlib.contextmanager
+def extracted(rev: str) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """`webhook/` as of `rev` (and `bench/` as it is) in a folder of its own, for the block:
+    the folder and the code's identity. `committed` makes it every process's; a baseline
+    (`--baseline`) is started from its folder explicitly."""
     folder = Path(tempfile.mkdtemp(prefix="bench-e2e-code-"))
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", rev, "webhook", "examples/cluster"],
-        cwd=snapshot.REPO,
-        capture_output=True,
-        check=True,
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(folder, filter="data")
-    ignore = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
-    shutil.copytree(snapshot.REPO / "bench", folder / "bench", ignore=ignore)
-    previous = os.environ.get(_ENV)
-    os.environ[_ENV] = str(folder)
     try:
-        yield identity(folder, rev)
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", rev, "webhook", "examples/cluster"],
+            cwd=snapshot.REPO,
+            capture_output=True,
+            check=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(folder, filter="data")
+        ignore = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
+        shutil.copytree(snapshot.REPO / "bench", folder / "bench", ignore=ignore)
+        yield folder, identity(folder, rev)
     finally:
-        if previous is None:
-            os.environ.pop(_ENV, None)
-        else:
-            os.environ[_ENV] = previous
         shutil.rmtree(folder, ignore_errors=True)
 
 

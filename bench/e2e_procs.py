@@ -41,6 +41,8 @@ def cpu_seconds(pid: int) -> float:
 class Ours(webhook_harness.WebhookProcess):  # type: ignore[misc]  # untyped: tests/e2e
     """`policy-webhook serve` as the suite runs it, but from the snapshot of the code."""
 
+    code_root: Path | None = None  # another tree's `webhook/` (a baseline); else the snapshot's
+
     def start(self, *, timeout: float = 120.0) -> None:
         command = [
             sys.executable, "-m", "webhook.shell.cli.main", "serve",
@@ -52,14 +54,15 @@ class Ours(webhook_harness.WebhookProcess):  # type: ignore[misc]  # untyped: te
             "--log-decisions", "all",  # every decision's latency, clean allows and /mutate too
             *self.args,
         ]  # fmt: skip
-        env = {**snapshot.env(), "POD_NAME": self.name}
+        root = self.code_root or snapshot.code_root()
+        env = {**snapshot.env(root), "POD_NAME": self.name}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                cwd=snapshot.code_root(),
+                cwd=root,
                 env=env,
             )
         self.wait_ready(timeout)
@@ -97,7 +100,8 @@ class Ours(webhook_harness.WebhookProcess):  # type: ignore[misc]  # untyped: te
 class Noop:
     """The no-op admission webhook in a process of its own; `stop()` ends it by PID."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, args: Sequence[str] = ()) -> None:
+        self.args = list(args)  # `bench.servers noop` options: the floor's `--annotate`, `--watch`
         self.dir = workdir / "noop"
         self.dir.mkdir(parents=True, exist_ok=True)
         ca = trustme.CA(key_type=trustme.KeyType.ECDSA)
@@ -119,7 +123,15 @@ class Noop:
     def start(self, timeout: float = 60.0) -> None:
         log = open(self.dir / "noop.log", "ab")  # noqa: SIM115 - the child holds it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.servers", "noop", "--cert-dir", str(self.dir)],
+            [
+                sys.executable,
+                "-m",
+                "bench.servers",
+                "noop",
+                "--cert-dir",
+                str(self.dir),
+                *self.args,
+            ],
             stdout=subprocess.PIPE,
             stderr=log,
             stdin=subprocess.DEVNULL,

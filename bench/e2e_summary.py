@@ -85,7 +85,8 @@ def figures(
     largest = max(sizes, default=0)
     for size in sizes:
         mine = [r for r in rows if r["size"] == size]
-        by = {s: [r for r in mine if r["setup"] == s] for s in ("none", "noop", "ours")}
+        setups = ("none", "noop", "floor", "ours", "base")
+        by = {s: those for s in setups if (those := [r for r in mine if r["setup"] == s])}
         p = f"bulk_{size}_"
         for setup, those in by.items():
             f[f"{p}{setup}_s"] = _median([r["wall_s"] for r in those])
@@ -99,12 +100,22 @@ def figures(
                 adm = pooled(r["admission"]["admit"] for r in those)
                 for k in ("p50_ms", "p99_ms", "mean_ms", "share_within_5ms", "count"):
                     f[f"{p}{setup}_admit_{k}"] = adm[k]
-        for name, num, den in (("ours_vs_noop", "ours", "noop"), ("noop_vs_none", "noop", "none")):
+        for name, num, den in (
+            ("ours_vs_noop", "ours", "noop"),
+            ("noop_vs_none", "noop", "none"),
+            ("floor_vs_noop", "floor", "noop"),  # what annotating and watching cost, at least
+            ("ours_vs_floor", "ours", "floor"),
+            ("ours_vs_base", "ours", "base"),  # a change against its baseline (`--baseline`)
+        ):
             ratios = _round_ratios(mine, num, den)
+            if not ratios:
+                continue
             f[f"{p}{name}"] = _median(ratios)
             f[f"{p}{name}_min"] = min(ratios, default=math.nan)
             f[f"{p}{name}_max"] = max(ratios, default=math.nan)
-        f.update(_fanouts(by["ours"], size))
+        f.update(_fanouts(by.get("ours", []), size))
+        if "base" in by:
+            f.update(_fanouts(by["base"], size, setup="base_"))
     if growth:
         f["growth_exponent"] = growth["exponent"]
         for point in growth["points"]:
@@ -129,9 +140,13 @@ def _round_ratios(rows: list[dict[str, Any]], num: str, den: str) -> list[float]
     return [t[num] / t[den] for t in by_round.values() if num in t and den in t]
 
 
-def _fanouts(ours_rows: list[dict[str, Any]], size: int) -> dict[str, float]:
+def _fanouts(ours_rows: list[dict[str, Any]], size: int, setup: str = "") -> dict[str, float]:
+    """Figures of the fan-outs of ours (or, `setup="base_"`, of the baseline's code)."""
     f: dict[str, float] = {}
-    for key, prefix in (("fanout", f"fanout_{size}_"), ("fanout_fast", f"fanout_fast_{size}_")):
+    for key, prefix in (
+        ("fanout", f"{setup}fanout_{size}_"),
+        ("fanout_fast", f"{setup}fanout_fast_{size}_"),
+    ):
         runs = [r[key] for r in ours_rows if key in r]
         if not runs:
             continue
@@ -173,4 +188,9 @@ def describe_row(row: Mapping[str, Any]) -> str:
 
 def describe_figures(f: Mapping[str, float]) -> str:
     parts = [f"{key} {f[key]:.3g}" for key, *_ in TARGETS if key in f]
+    parts += [
+        f"{key} {value:.3g}"
+        for key, value in f.items()
+        if key.endswith(("ours_vs_base", "floor_vs_noop", "ours_vs_floor"))
+    ]
     return "targets: " + ", ".join(parts)

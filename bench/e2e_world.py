@@ -147,3 +147,20 @@ def hook_names() -> list[str]:
     """The names of the shipped webhooks: the `name` label of the API server's metrics."""
     docs = [d for d in yaml.safe_load_all(WEBHOOKS.read_text(encoding="utf-8")) if d]
     return [hook["name"] for doc in docs for hook in doc["webhooks"]]
+
+
+def annotation_value(marker: int) -> str:
+    """Our annotation on a route of this world, as the core computes it (the floor sends it)."""
+    from webhook.core.annotation.summary import summarize
+    from webhook.core.model.refs import key_of
+    from webhook.core.model.settings import Settings
+    from webhook.core.state.store import Store
+
+    store = Store()
+    for obj in [*policy_crds(), *base_objects(marker), route("r-0")]:
+        store.upsert(obj)
+    key = key_of(route("r-0"))
+    assert key is not None
+    value = summarize(key, store, Settings())
+    assert value is not None
+    return value

@@ -2,11 +2,16 @@
 
     python -m bench.servers webhook --cert-dir D --scale 0.1 --seed 1
     python -m bench.servers noop --cert-dir D
+    python -m bench.servers noop --cert-dir D --annotate FILE --watch KUBECONFIG PATH
 
 `webhook` is the product as `policy-webhook serve` wires it (`build_app` behind `HttpsServer`,
 JSON decision logs at INFO), on a synthetic cluster; `noop` is the ceiling of this stack: an
 aiohttp HTTPS endpoint with the same TLS context that reads the body, takes `request.uid` and
-answers `allowed: true`. Both print `READY <port>` on stdout once they accept connections and
+answers `allowed: true`. With `--annotate` and `--watch` the no-op becomes the end-to-end
+benchmark's *floor*: what any webhook that annotates must make the API server do, at no cost of
+its own — /mutate answers with a JSON Patch that adds the annotation in FILE (the size of ours)
+to an object that lacks it, and one watch of PATH reads and decodes every event, as the
+smallest informer would. Both print `READY <port>` on stdout once they accept connections and
 stop on SIGTERM. Logs go to stderr, which the harness sends to a file.
 
 The webhook also answers `GET /bench/cpu` with the CPU seconds it spent inside the admission
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import signal
 import sys
@@ -113,15 +119,75 @@ async def _noop(request: web.Request) -> web.Response:
     )
 
 
+def _annotating(key: str, value: str) -> Callable[[web.Request], Any]:
+    """The floor's /mutate: the annotation added to an object that lacks it, else nothing."""
+
+    async def annotate(request: web.Request) -> web.Response:
+        review = json.loads(await request.read())
+        req = review["request"]
+        response: dict[str, Any] = {"uid": req["uid"], "allowed": True}
+        if request.path == "/mutate":
+            annotations = (req.get("object") or {}).get("metadata", {}).get("annotations")
+            if not isinstance(annotations, dict):
+                ops = [{"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
+            elif annotations.get(key) != value:
+                path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+                ops = [{"op": "add", "path": path, "value": value}]
+            else:
+                ops = []
+            if ops:
+                response["patchType"] = "JSONPatch"
+                response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+        body = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": response,
+        }
+        return web.Response(
+            body=json.dumps(body, separators=(",", ":")).encode(), content_type="application/json"
+        )
+
+    return annotate
+
+
+async def _watch(kubeconfig: Path, path: str) -> None:
+    """One watch of `path`, each event read and decoded, again whenever the server ends it."""
+    import aiohttp
+    import orjson
+
+    from bench.e2e_api import Api
+
+    api = Api(kubeconfig)
+    base = f"https://{api.host}:{api.port}"
+    async with aiohttp.ClientSession(base) as session:
+        while True:
+            params = {"watch": "true", "timeoutSeconds": "600"}
+            async with session.get(
+                path, params=params, ssl=api.context, timeout=aiohttp.ClientTimeout(total=None)
+            ) as reply:
+                async for line in reply.content:
+                    if line.strip():
+                        orjson.loads(line)
+
+
 async def _run_noop(args: argparse.Namespace) -> None:
     app = web.Application(client_max_size=7 * 1024 * 1024)
-    app.router.add_post("/{tail:.*}", _noop)
+    if args.annotate:
+        key, _, value = Path(args.annotate).read_text(encoding="utf-8").partition("\n")
+        app.router.add_post("/{tail:.*}", _annotating(key, value))
+    else:
+        app.router.add_post("/{tail:.*}", _noop)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=_tls(args.cert_dir).context)
     await site.start()
+    watching = (
+        asyncio.create_task(_watch(Path(args.watch[0]), args.watch[1])) if args.watch else None
+    )
     print(f"READY {runner.addresses[0][1]}", flush=True)
     await _until_stopped()
+    if watching is not None:
+        watching.cancel()
     await runner.cleanup()
 
 
@@ -140,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--annotate", metavar="FILE", help="noop: annotation key, newline, value")
+    parser.add_argument("--watch", nargs=2, metavar=("KUBECONFIG", "PATH"), help="noop: watch")
     args = parser.parse_args(argv)
     setup_logging("INFO", json=True, stream=sys.stderr)
     run = _run_webhook if args.which == "webhook" else _run_noop

@@ -26,9 +26,9 @@ def code_root() -> Path:
     return Path(os.environ.get(_ENV) or REPO)
 
 
-def env() -> dict[str, str]:
-    """Environment for a measuring subprocess (run it with `cwd=code_root()`)."""
-    paths = [str(code_root()), os.environ.get("PYTHONPATH", "")]
+def env(root: Path | None = None) -> dict[str, str]:
+    """Environment for a measuring subprocess (run it with `cwd=code_root()`, or `root`)."""
+    paths = [str(root or code_root()), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
