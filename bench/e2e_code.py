@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,14 +46,7 @@ def extracted(rev: str) -> Iterator[tuple[Path, dict[str, Any]]]:
     (`--baseline`) is started from its folder explicitly."""
     folder = Path(tempfile.mkdtemp(prefix="bench-e2e-code-"))
     try:
-        archive = subprocess.run(
-            ["git", "archive", "--format=tar", rev, "webhook", "examples/cluster"],
-            cwd=snapshot.REPO,
-            capture_output=True,
-            check=True,
-        ).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(folder, filter="data")
+        snapshot.extract_revision(rev, folder)
         ignore = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
         shutil.copytree(snapshot.REPO / "bench", folder / "bench", ignore=ignore)
         yield folder, identity(folder, rev)

@@ -26,14 +26,12 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import io
 import json
 import math
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -190,14 +188,7 @@ def _tree(source: str) -> Iterator[Path]:
             shutil.copytree(given / "webhook", folder / "webhook", ignore=_IGNORE)
             shutil.copytree(given / "examples" / "cluster", folder / "examples" / "cluster")
         else:
-            archive = subprocess.run(
-                ["git", "archive", "--format=tar", source, "webhook", "examples/cluster"],
-                cwd=snapshot.REPO,
-                capture_output=True,
-                check=True,
-            ).stdout
-            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                tar.extractall(folder, filter="data")
+            snapshot.extract_revision(source, folder)
         shutil.copytree(snapshot.REPO / "bench", folder / "bench", ignore=_IGNORE)
         yield folder
     finally:

@@ -10,9 +10,11 @@ path. Outputs still go to the repository (`bench/out/`, `docs/`).
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -66,3 +68,16 @@ def identity(root: Path | None = None) -> dict[str, Any]:
         "webhook_dirty": bool(git("status", "--porcelain", "--", "webhook")),
         "digest": digest.hexdigest()[:12],
     }
+
+
+def extract_revision(rev: str, folder: Path) -> None:
+    """`webhook/` and the example CRDs as of `rev` into `folder` (`git archive`: nothing in
+    the repository is written)."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev, "webhook", "examples/cluster"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
