@@ -65,7 +65,29 @@ def _both(*edits: Callable[[Parts], None]) -> Callable[[Parts], None]:
 
 
 # Runs unlike the committed one, so that every alternative snippet is chosen once.
+def _with_and_without_floor(parts: Parts) -> None:
+    """An end-to-end run with the floor set-up (its figures: the no-op's, renamed), or, when
+    the committed run has it, one from before it was added."""
+    figures = parts["e2e"]["figures"]
+    if any("_floor_" in key for key in figures):
+        parts["e2e"]["figures"] = {k: v for k, v in figures.items() if "floor" not in k}
+    else:
+        figures.update(
+            {k.replace("_noop_", "_floor_"): v for k, v in figures.items() if "_noop_" in k}
+        )
+        for key in [
+            k
+            for k in figures
+            if k.endswith(("_noop_vs_none", "_noop_vs_none_min", "_noop_vs_none_max"))
+        ]:
+            figures[key.replace("noop_vs_none", "floor_vs_noop")] = 1.0
+            figures[key.replace("noop_vs_none", "ours_vs_floor")] = figures[
+                key.replace("noop_vs_none", "ours_vs_noop")
+            ]
+
+
 VARIANTS: dict[str, Callable[[Parts], None]] = {
+    "with or without the floor": _with_and_without_floor,
     "as committed": _both(),
     "a run at half the default size": _set("scale", scale=0.5),
     "no summary cache": _set("scale", uses_cache=0),
