@@ -1,6 +1,6 @@
 """`python -m bench e2e`: what a user feels, on the real kube-apiserver v1.20 of the e2e suite.
 
-    python -m bench e2e              # full run (sizes 300 and 3,000), 8 to 10 minutes on the 2-core machine
+    python -m bench e2e              # full run (sizes 300 and 3,000), about 25 minutes on the 2-core machine
     python -m bench --quick e2e      # small sizes, for checking the harness
     python -m bench.e2e --profile    # the same, with py-spy on ours (writes e2e-profile-*.txt)
     python -m bench.e2e --baseline REV   # also ours as of REV, alternating: a change's ratio
@@ -53,7 +53,7 @@ class E2EConfig:
     baseline: str | None = None  # a revision whose `webhook/` runs as a fourth set-up, `base`
 
 
-FULL = E2EConfig((300, 3000), (3, 2), (100, 300, 1000, 3000), probes=20, fast_qps=1000.0)
+FULL = E2EConfig((300, 3000), (4, 3), (100, 300, 1000, 3000), probes=20, fast_qps=1000.0)
 QUICK = E2EConfig((40, 120), (2, 1), (25, 50, 100, 200), probes=6, fast_qps=1000.0)
 
 Log = Callable[[str], None]
