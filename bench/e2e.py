@@ -1,8 +1,9 @@
 """`python -m bench e2e`: what a user feels, on the real kube-apiserver v1.20 of the e2e suite.
 
-    python -m bench e2e              # full run (sizes 300 and 3,000), about 25 minutes on the 2-core machine
+    python -m bench e2e              # full run (sizes 300 and 3,000), about 15 minutes on the 2-core machine
     python -m bench --quick e2e      # small sizes, for checking the harness
     python -m bench.e2e --profile    # the same, with py-spy on ours (writes e2e-profile-*.txt)
+    python -m bench.e2e --gil        # the same, sampling ours only while it holds the GIL
     python -m bench.e2e --baseline REV   # also ours as of REV, alternating: a change's ratio
 
 Four set-ups side by side, the order flipping every round: no webhook registered, a no-op
@@ -50,6 +51,7 @@ class E2EConfig:
     probes: int  # single-route events per growth size
     fast_qps: float | None  # a second fan-out with this ceiling (None: only the default)
     profile: bool = False
+    profile_gil: bool = False  # py-spy `--gil`: samples of ours while it runs Python
     baseline: str | None = None  # a revision whose `webhook/` runs as a fourth set-up, `base`
 
 
@@ -173,7 +175,7 @@ class Bench:
             yield
             return
         raw = self.out / f"e2e-profile-{phase}.raw"
-        with e2e_procs.sampled(ours.pid, raw):
+        with e2e_procs.sampled(ours.pid, raw, gil=self.config.profile_gil):
             yield
         if raw.exists():
             result = e2e_profile.summarize(raw.read_text(encoding="utf-8"))
@@ -368,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", action="store_true", help="py-spy on ours (last rounds)")
+    parser.add_argument(
+        "--gil", action="store_true", help="with --profile: sample ours only while it holds the GIL"
+    )
     parser.add_argument("--sizes", help="comma-separated route counts, e.g. 300,3000")
     parser.add_argument("--rounds", help="comma-separated rounds per size, e.g. 3,2")
     parser.add_argument("--growth-sizes", help="comma-separated, e.g. 100,300,1000,3000")
@@ -378,7 +383,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also run ours as of REV (set-up `base`): a change's ratio",
     )
     args = parser.parse_args(argv)
-    config = replace(QUICK if args.quick else FULL, profile=args.profile, baseline=args.baseline)
+    config = replace(
+        QUICK if args.quick else FULL,
+        profile=args.profile or args.gil,
+        profile_gil=args.gil,
+        baseline=args.baseline,
+    )
     if args.sizes:
         config = replace(config, sizes=_ints(args.sizes), rounds=_ints(args.rounds or "1"))
         if len(config.rounds) != len(config.sizes):

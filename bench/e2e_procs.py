@@ -171,16 +171,22 @@ def py_spy() -> str | None:
 
 
 @contextlib.contextmanager
-def sampled(pid: int | None, into: Path, *, rate: int = 200) -> Iterator[Path | None]:
+def sampled(
+    pid: int | None, into: Path, *, rate: int = 200, gil: bool = False
+) -> Iterator[Path | None]:
     """py-spy sampling `pid` for the block (non-blocking: the process is never paused), its
-    collapsed stacks written to `into`; a no-op without py-spy or without a pid."""
+    collapsed stacks written to `into`; a no-op without py-spy or without a pid.
+
+    Without `gil`, a thread counts as busy whenever the system says it may run — also while
+    it waits for a core, which on a crowded machine puts a share in `select` and socket
+    writes; with `gil`, only while it holds the GIL: the time it ran Python."""
     tool = py_spy()
     if tool is None or pid is None:
         yield None
         return
     command: Sequence[str] = [
         tool, "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking",
-        "--format", "raw", "--output", str(into),
+        "--format", "raw", "--output", str(into), *(["--gil"] if gil else []),
     ]  # fmt: skip
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
