@@ -90,6 +90,8 @@ OVER_GW: Op = ("upsert", color("over-gw", "infra", GW, "override"))
 @example(start=[OVER_GW, ON_R1], ops=[("upsert", gateway_doc(["tls"], 0))])  # listeners go
 @example(start=[], ops=[("upsert", picky()), ("relabel", (0, 2))])  # what a selector picks
 @example(start=[ON_R1], ops=[("delete", service("apps", "foo")), ("restore", None)])
+# r3 takes r1's Service as its parent (GAMMA): below r1 by object, though not on its contexts
+@example(start=[ON_R1], ops=[("upsert", route_doc("shop", "r3", 4, 0))])
 @whole_clusters(150)
 @given(start=STARTS, ops=CHANGES)
 def test_the_book_always_equals_a_fresh_audit(start: list[Op], ops: list[Op]) -> None:

@@ -219,14 +219,23 @@ class AuditBook:
                 self._dirty.update(k for k in self._audits if k.group_kind == gk)
 
     def _reaching(self, objects: Iterable[ObjectKey]) -> set[ObjectKey]:
-        """Policies on a rung of a context of one of `objects`, in the current state: those
-        that reach them now, however they came to."""
+        """Policies whose reach may now hold one of `objects`, in the current state, however
+        they came to: those on a rung of a context of one of them — and, up the hierarchy, on
+        a rung of a context of such a rung's object. The reach a policy's findings read
+        (`hierarchy.affected_by`) walks below a rung by object, not by context: a route whose
+        parent is a Service (GAMMA) lies below every route that sends to that Service, though
+        none of those is on its own contexts."""
         rungs: set[ObjectKey] = set()
-        for key in objects:
+        frontier = list(objects)
+        while frontier:
+            key = frontier.pop()
             if self._store.get(key) is None:
                 continue
             for context in hierarchy.contexts_of(key, self._store):
-                rungs.update(rung.key for rung in context)
+                for rung in context:
+                    if rung.key not in rungs:
+                        rungs.add(rung.key)
+                        frontier.append(rung.key)
         return {policy.key for rung in rungs for policy in self._store.policies_targeting(rung)}
 
 
