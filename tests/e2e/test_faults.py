@@ -195,12 +195,18 @@ class FirstTime:
 
 class ForeignWriter:
     """Merge-patches a foreign annotation onto objects as fast as the API server takes them,
-    from a thread of its own, until stopped. Remembers the last value written to each."""
+    from a thread of its own, until stopped. Remembers the last value written to each.
+
+    Several writers share a path, so their answers may be read in another order than the
+    server committed them: the last write is the one whose answer carries the highest
+    resourceVersion (etcd's revision on this API server; opaque to clients in general, but the
+    suite's server is etcd-backed and nothing else is compared this way).
+    """
 
     def __init__(self, cluster: LocalCluster, paths: list[str], *, per_object: int = 3) -> None:
         self.cluster, self.paths, self.per_object = cluster, paths, per_object
         self.writes = 0
-        self.last: dict[str, str] = {}
+        self._committed: dict[str, tuple[int, str]] = {}  # path → (resourceVersion, value)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
@@ -236,11 +242,18 @@ class ForeignWriter:
                 body=body, auth_settings=["BearerToken"], _preload_content=False,
             )  # fmt: skip
             try:
-                await response.read()
+                body = await response.read()
                 assert response.status == 200, response.status
             finally:
                 response.release()
-            self.last[path] = value  # writes to one path are serialised by the server anyway
+            version = int(json.loads(body)["metadata"]["resourceVersion"])
+            if version > self._committed.get(path, (0, ""))[0]:
+                self._committed[path] = (version, value)
+
+    @property
+    def last(self) -> dict[str, str]:
+        """The value of each path's last committed write."""
+        return {path: value for path, (_, value) in self._committed.items()}
 
 
 # --- the tests -----------------------------------------------------------------------------------
