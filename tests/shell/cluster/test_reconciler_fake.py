@@ -684,15 +684,17 @@ def test_an_object_just_patched_gets_the_changes_of_its_window_in_one_patch() ->
         patched = time.monotonic()
         await edits_in_a_row(store, 6, every=0.01)
         assert len(fake.patches) == 3, "held: no second patch within the window"
-        assert await reconciler.wait_idle(5)
-        assert time.monotonic() - patched >= 0.4
+        assert await reconciler.wait_idle(10)
+        assert time.monotonic() - patched >= 1.0
         assert sorted(fake.paths()[3:]) == sorted(fake.paths()[:3])
         for *_, body in fake.patches[3:]:
             (value,) = body["metadata"]["annotations"].values()
             assert "shade-5" in value and "shade-4" not in value
         assert reconciler.holds == 0, "no computation was costly"
 
-    run(fake, scenario, store, hot_after=10.0, repatch_after=0.5)
+    # A window of 2 s against edits that take some 60 ms: on a machine busy enough to stretch
+    # those (a CI run beside another), 0.5 s was once too short, and the fourth patch came.
+    run(fake, scenario, store, hot_after=10.0, repatch_after=2.0)
 
 
 def test_a_held_key_that_is_deleted_meanwhile_is_not_patched() -> None:
