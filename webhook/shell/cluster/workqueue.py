@@ -27,7 +27,8 @@ class WorkQueue:
     queued again when the worker is `done`, so a change during a patch is never lost.
 
     A held key (`hold`) is not queued when added: one run is scheduled for the end of its
-    window instead, however many adds come meanwhile. Nothing is dropped — the last add of a
+    window instead, however many adds come meanwhile — also for an add that came while a
+    worker held the key and opened the window. Nothing is dropped — the last add of a
     window is served by that run, which reads the state as it is then — only delayed.
     """
 
@@ -101,9 +102,18 @@ class WorkQueue:
         return key
 
     def done(self, key: ObjectKey) -> None:
+        """The worker is through with `key`; an add that came meanwhile runs now, or at the end
+        of a window the work opened (the add could not know of it when it came)."""
         self._processing.discard(key)
-        if key in self._dirty:
-            self._queue.put_nowait(key)
+        if key not in self._dirty:
+            return
+        until = self._held.get(key)
+        loop = asyncio.get_running_loop()
+        if until is not None and loop.time() < until:
+            self._dirty.discard(key)
+            self._deferred[key] = loop.call_at(until, self._released, key)
+            return
+        self._queue.put_nowait(key)
 
     def clear(self) -> None:
         for handle in (*self._later.values(), *self._deferred.values()):
