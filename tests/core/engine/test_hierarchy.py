@@ -494,6 +494,22 @@ spec:
 """
 
 
+def test_nothing_lies_below_an_absent_route_and_no_index_is_built_to_say_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A route's create is heard with the cluster as it was without it: an overlay, whose
+    index would be built for this question alone. Below a route is what the route names."""
+    store = store_of(CRDS, CLUSTER, TWO_ROUTES)
+    without = OverlayView(store, deletes=[route("apps", "r")])
+
+    def no_index(view: ClusterView) -> object:
+        raise AssertionError("an index was built")
+
+    monkeypatch.setattr(hierarchy, "index_of", no_index)
+    assert hierarchy.affected_by(route("apps", "r"), None, without) == set()
+    assert hierarchy.affected_by(route("apps", "gone"), "rule-1", store) == set()
+
+
 def test_the_index_follows_the_store_and_overlays_layer_on_it() -> None:
     store = store_of(CRDS, CLUSTER)
     first = memo.index_of(store)

@@ -429,12 +429,16 @@ def _affected_by(
     inherited: bool,
     memo: StructureMemo,
 ) -> set[ObjectKey]:
-    index = index_of(view)
     out: set[ObjectKey] = set()
-    if target.group_kind in kinds.ANNOTATED_KINDS and view.get(target) is not None:
+    present = view.get(target) is not None
+    if target.group_kind in kinds.ANNOTATED_KINDS and present:
         out.add(target)
-    if not inherited:
+    if not inherited or (not present and target.group_kind in kinds.ROUTE_KINDS):
+        # What lies below a route is read from the route itself (its backendRefs): an absent
+        # route has nothing below it. The common case of a route's create or delete, whose
+        # view without it would otherwise build an index of its own to find that out.
         return out
+    index = index_of(view)
     # Below the first rung every rung is a whole object (`Rung(key)`), so the walk goes by key:
     # one visit per object, and no Rung built for each of the thousands it passes.
     seen: set[ObjectKey] = set()
