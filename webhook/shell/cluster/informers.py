@@ -425,13 +425,15 @@ class ClusterSource:
 
     def touched(self, informer: _Informer) -> None:
         if self.metrics is not None:
-            self.metrics.watch_last_event.labels(kind=informer.kind_label).set(time.time())
+            metrics = self.metrics
+            metrics.child(metrics.watch_last_event, informer.kind_label).set(time.time())
 
     def changed(self, informer: _Informer) -> None:
         """After a list or an event: store-size metric; for CRDs, start/stop informers."""
         gk = informer.resource.group_kind
         if self.metrics is not None:
-            self.metrics.store_objects.labels(kind=informer.kind_label).set(self.store.count(gk))
+            metrics = self.metrics
+            metrics.child(metrics.store_objects, informer.kind_label).set(self.store.count(gk))
         if gk == kinds.CRD:
             self._reconcile_informers()
 

@@ -328,7 +328,7 @@ class Reconciler:
         # policies moved back): whatever failed before has nothing left to retry.
         self._succeeded(key, "nothing to patch any more")
         self.skips += 1
-        self.metrics.reconcile_skips.labels(kind=str(key.group_kind)).inc()
+        self.metrics.child(self.metrics.reconcile_skips, str(key.group_kind)).inc()
 
     async def _send(
         self, resource: kubeapi.Resource, key: ObjectKey, wanted: str | None, version: str | None
@@ -364,7 +364,7 @@ class Reconciler:
         if self.repatch_after > 0:  # changes within the window share the next patch (module doc)
             self.queue.hold(key, self.repatch_after)
         self.patches += 1
-        self.metrics.reconcile_patches.labels(kind=str(key.group_kind)).inc()
+        self.metrics.child(self.metrics.reconcile_patches, str(key.group_kind)).inc()
         logger.debug(
             "annotation %s",
             "removed" if wanted is None else "set",

@@ -235,17 +235,18 @@ class Metrics:
         `operation`, `dry_run` and `kind` stay empty for a review that could not be read;
         `kind` is the caller's to bound (one value per kind it was configured for)."""
         dry = "" if dry_run is None else "true" if dry_run else "false"
-        self._child(self.admission_requests, endpoint, verdict, operation, dry, kind).inc()
-        self._child(self.admission_latency, endpoint).observe(seconds)
+        self.child(self.admission_requests, endpoint, verdict, operation, dry, kind).inc()
+        self.child(self.admission_latency, endpoint).observe(seconds)
         for rule_id, action in findings:
             if action != "off":
-                self._child(self.rule_findings, rule_id, action).inc()
+                self.child(self.rule_findings, rule_id, action).inc()
 
     def observe_event(self, *, reason: str, outcome: str) -> None:
-        self._child(self.events, reason, outcome).inc()
+        self.child(self.events, reason, outcome).inc()
 
-    def _child(self, metric: Counter | Histogram, *values: str) -> Any:
-        """`metric.labels(*values)`, looked up once per label set."""
+    def child(self, metric: Counter | Gauge | Histogram, *values: str) -> Any:
+        """`metric.labels(*values)` (values in the labels' order), looked up once per label set:
+        for the paths that count every admission call and every watch event."""
         key = (metric, *values)
         child = self._children.get(key)
         if child is None:
