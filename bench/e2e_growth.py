@@ -34,7 +34,8 @@ def run(
     from bench.e2e import reconcile_counts
 
     bench.clear_routes()
-    ours = bench.start_ours()
+    # Every decision logged (not the default): the Service's /mutate time, one call at a time.
+    ours = bench.start_ours("--log-decisions", "all")
     points: list[dict[str, Any]] = []
     try:
         bench.register(ours.endpoint)

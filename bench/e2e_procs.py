@@ -51,8 +51,7 @@ class Ours(webhook_harness.WebhookProcess):  # type: ignore[misc]  # untyped: te
             "--self-signed-dir", str(self.dir / "tls"),
             "--leader-election-namespace", "default",
             "--log-format", "json", "--drain-seconds", "2",
-            "--log-decisions", "all",  # every decision's latency, clean allows and /mutate too
-            *self.args,
+            *self.args,  # e.g. `--log-decisions all`, for every decision's latency (growth)
         ]  # fmt: skip
         root = self.code_root or snapshot.code_root()
         env = {**snapshot.env(root), "POD_NAME": self.name}
