@@ -76,3 +76,26 @@ def test_an_unlabelled_route_created_where_a_selector_looks_is_annotated_as_a_fr
     value = summary.summarize(route("apps", "plain"), store, Settings())
     assert value is not None and "every-route" in value
     assert value == summary.summarize(route("apps", "plain"), fresh, Settings())
+
+
+def test_a_kinds_profile_is_kept_until_a_crd_is_written_and_then_follows_it() -> None:
+    """The store keeps each kind's profile (asked on every write); a CRD's label change, or
+    the CRD going away, is seen by the next question, not one write later."""
+    import copy
+
+    from webhook.core.model.refs import GroupKind
+
+    store = store_of(CRDS, CLUSTER)
+    retry = GroupKind("policies.example.com", "RetryPolicy")
+    (crd,) = [d for d in docs(CRDS) if d["kind"] == "CustomResourceDefinition"][:1]
+    assert store.profile(retry) is store.profile(retry)
+    assert store.profile(retry).policy_class == "Inherited"
+    direct = copy.deepcopy(crd)
+    direct["metadata"]["labels"]["gateway.networking.k8s.io/policy"] = "direct"
+    store.upsert(direct)
+    assert store.profile(retry).policy_class == "Direct"
+    crd_key = ObjectKey(
+        "apiextensions.k8s.io", "CustomResourceDefinition", "", crd["metadata"]["name"]
+    )
+    store.delete(crd_key)
+    assert not store.profile(retry).known

@@ -36,6 +36,7 @@ ChangeListener = Callable[[ObjectKey, Obj | None, Obj | None], None]
 # on, one object at a time, when it is next asked for something. A memo further behind than this
 # starts over, as every memo did on every write before: paid as recomputation, never wrong.
 WRITE_LOG = 1024
+MAX_PROFILES = 1024  # kinds whose profile a store keeps (`Store.profile`)
 
 
 class Write(NamedTuple):
@@ -85,6 +86,9 @@ class Store:
         # a Gateway makes thousands), and one lookup beats building a GroupKind for two.
         self._by_key: dict[ObjectKey, Mapping[str, Any]] = {}
         self._crd_profiles: dict[GroupKind, KindProfile] = {}
+        # `profile` per kind, until the next CRD write: asked on every write (is it a policy?)
+        # and by every overlay, and building one is a catalog lookup and two dataclasses.
+        self._profiles: dict[GroupKind, KindProfile] = {}
         self._crd_kind: dict[ObjectKey, GroupKind] = {}  # CRD object → the kind it defines
         self._policies: dict[ObjectKey, Policy] = {}
         self._by_target: dict[ObjectKey, dict[ObjectKey, Policy]] = {}
@@ -177,6 +181,7 @@ class Store:
         if profile is not None:
             self._crd_kind[key] = profile.group_kind
             self._crd_profiles[profile.group_kind] = profile
+        self._profiles.clear()  # any kind's: the CRD may have named another kind before
         # A kind that became (or stopped being) a policy kind: read its objects again.
         for gk in {previous, profile.group_kind if profile else None} - {None}:
             assert gk is not None
@@ -247,7 +252,13 @@ class Store:
         return len(self._by_kind.get(gk, {}))
 
     def profile(self, gk: GroupKind) -> KindProfile:
-        return refine(base_profile(gk, self._crd_profiles.get(gk)), self._config)
+        found = self._profiles.get(gk)
+        if found is None:
+            if len(self._profiles) >= MAX_PROFILES:  # kinds named in targetRefs are anyone's
+                self._profiles.clear()
+            found = refine(base_profile(gk, self._crd_profiles.get(gk)), self._config)
+            self._profiles[gk] = found
+        return found
 
     def policy_kinds(self) -> Sequence[KindProfile]:
         names = set(self._crd_profiles) | set(self._config.kinds)
