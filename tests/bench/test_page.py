@@ -168,3 +168,16 @@ def test_a_placeholder_without_a_value_is_an_error_not_left_on_the_page(tmp_path
 def test_a_snippet_defined_twice_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="twice"):
         snippets(tmp_path, "[[one]]\na\n[[one]]\nb\n")
+
+
+def test_a_later_end_to_end_run_leaves_the_day_of_the_other_parts_on_the_page() -> None:
+    """`python -m bench e2e` rewrites §4 alone; the head keeps the day its own parts ran."""
+    parts = committed_parts()
+    before = render(parts)
+    later = copy.deepcopy(parts)
+    later["e2e"]["unix_time"] = (
+        max(p["unix_time"] for p in parts.values() if isinstance(p, dict) and "unix_time" in p)
+        + 40 * 86_400
+    )
+    head = before.split("\n## ")[0]
+    assert render(later).split("\n## ")[0] == head
