@@ -24,7 +24,7 @@ _ACHIEVED_OVER = 1.0  # seconds of outcomes that say how fast patches actually w
 # with bench/e2e.py's fan-out. This module imports nothing heavy: `serve`'s flags read them.
 DEFAULT_CEILING = 300.0
 DEFAULT_BURST = 40
-DEFAULT_IN_FLIGHT = 8
+DEFAULT_IN_FLIGHT = 4
 
 
 class AdaptiveRate:
