@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 from tests.fixtures.engine import CLUSTER, CRDS, docs, route, store_of
 from webhook.core.annotation import summary
-from webhook.core.model.refs import ObjectKey
+from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 
 
@@ -81,13 +83,11 @@ def test_an_unlabelled_route_created_where_a_selector_looks_is_annotated_as_a_fr
 def test_a_kinds_profile_is_kept_until_a_crd_is_written_and_then_follows_it() -> None:
     """The store keeps each kind's profile (asked on every write); a CRD's label change, or
     the CRD going away, is seen by the next question, not one write later."""
-    import copy
-
-    from webhook.core.model.refs import GroupKind
-
     store = store_of(CRDS, CLUSTER)
     retry = GroupKind("policies.example.com", "RetryPolicy")
-    (crd,) = [d for d in docs(CRDS) if d["kind"] == "CustomResourceDefinition"][:1]
+    crd = next(
+        d for d in docs(CRDS) if d["metadata"]["name"] == "retrypolicies.policies.example.com"
+    )
     assert store.profile(retry) is store.profile(retry)
     assert store.profile(retry).policy_class == "Inherited"
     direct = copy.deepcopy(crd)

@@ -105,15 +105,9 @@ class WorkQueue:
         """The worker is through with `key`; an add that came meanwhile runs now, or at the end
         of a window the work opened (the add could not know of it when it came)."""
         self._processing.discard(key)
-        if key not in self._dirty:
-            return
-        until = self._held.get(key)
-        loop = asyncio.get_running_loop()
-        if until is not None and loop.time() < until:
+        if key in self._dirty:
             self._dirty.discard(key)
-            self._deferred[key] = loop.call_at(until, self._released, key)
-            return
-        self._queue.put_nowait(key)
+            self.add(key)  # `add` knows held windows: queued now, or deferred to the window's end
 
     def clear(self) -> None:
         for handle in (*self._later.values(), *self._deferred.values()):
