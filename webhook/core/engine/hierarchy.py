@@ -45,6 +45,7 @@ from webhook.core.engine.hierarchy_index import HierarchyIndex
 from webhook.core.engine.memo import (
     ServiceParts,
     StructureMemo,
+    hierarchy_view,
     index_of,
     shared_structure,
     structure_of,
@@ -410,6 +411,7 @@ def affected_by(
     right for hierarchy changes: a Namespace's labels or ReferenceGrants → `Namespace/<ns>`;
     a changed route or Gateway → the union over the views before and after the change.
     """
+    view = hierarchy_view(view)  # what lies below a rung is structure only
     structure = shared_structure(view)
     if structure is None:
         return _affected_by(target, section, view, inherited, structure_of(view))

@@ -337,7 +337,8 @@ class OverlayMemo:
     Contexts are the base's when the overlay replaces no structural object; engine work is the
     base's when it replaces no policy, CRD or ReferenceGrant and relabels nothing a selector
     looks at (a route submitted to /mutate); for an overlay of policies (a policy under
-    review), its own entries for what they touch, over the base's.
+    review), its own entries for what they touch, over the base's — and each object's ladder
+    is made from the base's (`ladder.reached`), asking only the keys where policies moved.
     """
 
     def __init__(self, overlay: OverlayView) -> None:
@@ -345,6 +346,7 @@ class OverlayMemo:
         self._index: HierarchyIndex | None = None
         self._engine: EngineMemo | None = None
         self._engine_revision = -1
+        self._moved: frozenset[ObjectKey] | None = None
 
     def index(self) -> HierarchyIndex:
         if self._index is None:
@@ -356,6 +358,19 @@ class OverlayMemo:
         if any(key.group_kind in STRUCTURAL_KINDS for key in overlay.overlaid):
             return None
         return _structure(overlay.base)
+
+    def moved_attachments(self) -> frozenset[ObjectKey] | None:
+        """The keys whose attached policies may differ from the base's (`_moved_targets`),
+        when that is all the overlay changes: no hierarchy object, CRD or ReferenceGrant
+        overlaid, so every object's contexts are the base's. None when it changes more."""
+        overlaid = self._overlay.overlaid
+        if any(
+            k.group_kind in STRUCTURAL_KINDS or k.group_kind in _ENGINE_INPUTS for k in overlaid
+        ):
+            return None
+        if self._moved is None:
+            self._moved = frozenset(_moved_targets(self._overlay))
+        return self._moved
 
     def engine(self) -> EngineMemo:
         overlay = self._overlay
@@ -393,6 +408,28 @@ def ladders_of(view: ClusterView) -> LadderMemo | None:
     """The ladder memo valid for `view` now; None for anything but a store itself (an overlay
     may move a policy or a hierarchy object, and ladders are few per review: computed)."""
     return _store_memo(view).ladders() if isinstance(view, Store) else None
+
+
+def hierarchy_view(view: ClusterView) -> ClusterView:
+    """The view itself, or the base of an overlay that replaces no structural object: the
+    same hierarchy (the overlay shares its base's contexts memo on the same ground), read
+    without passing every lookup through the overlay."""
+    while isinstance(view, OverlayView) and not any(
+        key.group_kind in STRUCTURAL_KINDS for key in view.overlaid
+    ):
+        view = view.base
+    return view
+
+
+def moved_attachments(view: ClusterView) -> tuple[ClusterView, frozenset[ObjectKey]] | None:
+    """For an overlay that only moves policies: its base, and the keys whose attached policies
+    may differ there (`OverlayMemo.moved_attachments`); None for any other view."""
+    if not isinstance(view, OverlayView):
+        return None
+    owner = _owner(view)
+    assert isinstance(owner, OverlayMemo)
+    moved = owner.moved_attachments()
+    return (view.base, moved) if moved is not None else None
 
 
 def hubs_of(view: ClusterView) -> dict[ObjectKey, Hub] | None:
@@ -474,14 +511,7 @@ def _layered_engine(overlay: OverlayView) -> EngineMemo:
     if any(key.group_kind in _ENGINE_INPUTS for key in overlaid):
         return EngineMemo(MIN_ENTRIES)
     base = engine_of(overlay.base)
-    dirty: set[ObjectKey] = set()
-    for key in overlaid:
-        if _selection_moves(overlay, key):
-            dirty.add(key)
-        for view in (overlay, overlay.base):
-            policy = view.policy(key)
-            if policy is not None:
-                dirty.update(target for target, _ in policy_targets(policy, view))
+    dirty = _moved_targets(overlay)
     return EngineMemo(
         MIN_ENTRIES,
         attached=_layer(base.attached, lambda key: key not in dirty),
@@ -490,6 +520,20 @@ def _layered_engine(overlay: OverlayView) -> EngineMemo:
         boards=_layer(base.boards, lambda memo_key: all(r.key not in dirty for r in memo_key[2])),
         dumps=_layer(base.dumps, lambda _: True),  # ids of the base's own, held objects
     )
+
+
+def _moved_targets(overlay: OverlayView) -> set[ObjectKey]:
+    """Where an overlay of policies may attach differently from its base: the targets of each
+    overlaid policy in either view, and any overlaid object relabelled where a selector looks."""
+    moved: set[ObjectKey] = set()
+    for key in overlay.overlaid:
+        if _selection_moves(overlay, key):
+            moved.add(key)
+        for view in (overlay, overlay.base):
+            policy = view.policy(key)
+            if policy is not None:
+                moved.update(target for target, _ in policy_targets(policy, view))
+    return moved
 
 
 def _layer(base: Table[K, V], shared: Callable[[K], bool]) -> Layered[K, V]:
