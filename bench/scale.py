@@ -4,12 +4,15 @@
 
 Run by the harness in a fresh process per size, so that peak RSS (`ru_maxrss`) is this size's.
 Prints one JSON object of named numbers. Measured, in order:
-- load: every object `Store.upsert`ed (with the summary cache subscribed, as in the webhook),
+- load: every object trimmed and `Store.upsert`ed (with the summary cache subscribed, as in the
+  webhook's informers),
   then the heap settled, as the webhook settles it once its state is synced;
 - cold summaries: the hierarchy index built, then every annotated object's summary computed
   through the cache (`SummaryCache.get` on an empty cache), with the full garbage collections
   that ran meanwhile;
 - cached lookup: `SummaryCache.get` of objects already cached, one call at a time;
+- converged: every annotated object written again as the watch brings it back after the
+  reconciler's patch, with our annotation, trimmed as the informers trim it (a leader's state);
 - the pause of a full garbage collection over that state, before and after it is settled as the
   webhook settles it (`webhook.shell.process.heap`); what follows runs in the settled state;
 - validation and mutation decisions: `admission.validate`/`mutate` on the review mixes of
@@ -43,7 +46,8 @@ from webhook.core.annotation import summary
 from webhook.core.engine import hierarchy, memo
 from webhook.core.model.refs import ObjectKey, key_of
 from webhook.core.model.settings import Settings
-from webhook.core.state.store import Store
+from webhook.core.state.store import WRITE_LOG, Store
+from webhook.core.state.trim import trim
 
 try:
     from webhook.shell.process import heap
@@ -139,7 +143,7 @@ def measure(
     gc.collect()
     watch = Stopwatch()
     for obj in cluster.objects():
-        store.upsert(obj)
+        store.upsert(trim(obj))  # as the informers keep every object they list
     out["load_s"], out["load_cpu_s"] = watch.stop()
     out["rss_after_load_mb"] = rss_mb()
     # Settled as the webhook settles its state once synced, before its first pass computes
@@ -189,6 +193,14 @@ def measure(
             cache.get(key)
         out["cached_lookup_cpu_us"] = watch.stop()[1] / len(batch) * 1e6
 
+    # A leader's state once every annotation is written: each annotated object comes back from
+    # the watch with our annotation (the echo of the reconciler's patch), trimmed as the
+    # informers trim it — a write that changes nothing any summary reads.
+    watch = Stopwatch()
+    out["converged_objects"] = _converge(cluster, store, get, settings.annotation_key)
+    out["converge_s"], _ = watch.stop()
+    out["rss_converged_mb"] = rss_mb()
+
     # The pause of a full collection over the computed state, then what the webhook does after
     # its first reconcile pass (`webhook.shell.process.heap`): freeze it, so later passes skip it. The
     # figures below are measured in that settled state, as a serving replica runs.
@@ -220,6 +232,32 @@ def measure(
     out["peak_rss_mb"] = rss_mb()
     out["state_rss_mb"] = out["peak_rss_mb"] - out["rss_baseline_mb"]
     return out
+
+
+def _converge(
+    cluster: synth.Cluster, store: Store, get: Callable[[ObjectKey], str | None], key: str
+) -> int:
+    """Every annotated object written again with its value as our annotation, trimmed.
+
+    The memos hear the writes as a live process's do: there the reconciler and admission ask
+    for them between watch events; unheard for longer than the store's write log, they would
+    start over (and the figures after this would be a cold state's, not a leader's).
+    """
+    written = 0
+    for i, obj in enumerate(cluster.annotated()):
+        if i % (WRITE_LOG // 2) == 0:
+            memo.index_of(store)
+        found = key_of(obj)
+        value = get(found) if found is not None else None
+        if value is None:
+            continue
+        # The value as a watch event decodes it: a string of its own, not the cache's. (The rest
+        # of the object is shared with the generator's, as after the load: held once.)
+        annotations = {key: value.encode().decode()}
+        event = {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+        store.upsert(trim(event, keep_annotation=key))
+        written += 1
+    return written
 
 
 def _decisions(
