@@ -10,7 +10,7 @@ import pytest
 from tests.fixtures.yaml_state import CLUSTER, POLICY_CRDS, docs, one, store_of
 from webhook.core.model.profiles import profile_from_crd
 from webhook.core.state.store import Store
-from webhook.core.state.trim import trim
+from webhook.core.state.trim import fingerprint, trim
 
 KEY = "policy-attachment.dev/effective-policies"
 
@@ -58,8 +58,31 @@ def test_metadata_keeps_identity_age_deletion_and_labels_and_drops_the_rest() ->
         "creationTimestamp": "2024-05-01T10:00:00Z",
         "deletionTimestamp": "2024-05-02T10:00:00Z",
         "labels": {"team": "edge"},
-        "annotations": {KEY: '{"version":1}'},
+        "annotations": {KEY: fingerprint('{"version":1}')},
     }
+
+
+def test_our_annotation_is_kept_as_a_short_fingerprint_equal_for_equal_values() -> None:
+    """A value runs to kilobytes on each object; the reconciler only compares it."""
+    value = '{"policies":{' + '"x":1,' * 2000 + '"y":2},"truncated":false,"version":1}'
+    kept = trim(_annotated(value), keep_annotation=KEY)["metadata"]["annotations"][KEY]
+    assert isinstance(kept, str) and len(kept) < 50 < len(value)
+    assert kept == fingerprint(value) == fingerprint(kept)  # the same, however often trimmed
+    assert kept != fingerprint(value.replace('"y":2', '"y":3'))
+    assert trim(trim(_annotated(value), keep_annotation=KEY), keep_annotation=KEY)["metadata"][
+        "annotations"
+    ] == {KEY: kept}
+
+
+def test_a_value_of_our_annotation_that_is_no_string_is_kept_as_it_is() -> None:
+    """Someone else's edit; the reconciler reads it as no value of ours and puts ours back."""
+    assert trim(_annotated(None), keep_annotation=KEY)["metadata"]["annotations"] == {KEY: None}
+
+
+def _annotated(value: object) -> dict[str, Any]:
+    obj = gateway()
+    obj["metadata"]["annotations"] = {KEY: value}
+    return obj
 
 
 def test_only_the_effective_policies_annotation_survives() -> None:

@@ -7,6 +7,7 @@ memory, so whatever is not read here is dropped on arrival: `status`, `managedFi
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,7 +45,8 @@ def trim(obj: Mapping[str, Any], *, keep_annotation: str = "") -> dict[str, Any]
     """A new, smaller object holding only what is read downstream; `obj` is left as it was.
 
     `keep_annotation` is the one annotation kept (the effective-policies key, which the
-    reconciler compares before patching); every other annotation is dropped.
+    reconciler compares before patching), as its `fingerprint`; every other annotation is
+    dropped.
     """
     kind = obj.get("kind")
     gk = GroupKind(group_of(obj.get("apiVersion")), kind if isinstance(kind, str) else "")
@@ -71,8 +73,25 @@ def _trim_metadata(metadata: Mapping[str, Any], keep_annotation: str) -> dict[st
     out = {field: metadata[field] for field in _METADATA_FIELDS if field in metadata}
     annotations = metadata.get("annotations")
     if keep_annotation and isinstance(annotations, Mapping) and keep_annotation in annotations:
-        out["annotations"] = {keep_annotation: annotations[keep_annotation]}
+        out["annotations"] = {keep_annotation: fingerprint(annotations[keep_annotation])}
     return out
+
+
+def fingerprint(value: object) -> object:
+    """What is kept of our annotation's value: a digest of it, or a non-string as it is.
+
+    The reconciler only asks whether the value on an object is the one it wants; a value runs
+    to kilobytes on each of thousands of objects, and the leader holds the wanted one in its
+    summary cache already — keeping both held every value twice (docs/performance.md). Equal
+    values, equal fingerprints; a fingerprint is never mistaken for a value (ours are JSON
+    objects). Idempotent, so an object trimmed twice keeps the same one.
+    """
+    if not isinstance(value, str) or value.startswith(_FINGERPRINT):
+        return value
+    return _FINGERPRINT + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
+
+
+_FINGERPRINT = "blake2b:"
 
 
 def _trim_service_spec(spec: object) -> object:

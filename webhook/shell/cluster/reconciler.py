@@ -46,6 +46,7 @@ from webhook.core.model import kinds, meta
 from webhook.core.model.refs import CORE_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
+from webhook.core.state.trim import fingerprint
 from webhook.shell.cluster import kubeapi, pacing
 from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
 from webhook.shell.process.logs import fields
@@ -81,8 +82,15 @@ def merge_patch_of_annotation(
 
 
 def current_annotation(obj: Mapping[str, Any], annotation_key: str) -> str | None:
-    value = meta.annotations_of(obj).get(annotation_key)
+    """The fingerprint of our annotation on `obj` (the store keeps no more: `trim`)."""
+    value = fingerprint(meta.annotations_of(obj).get(annotation_key))
     return value if isinstance(value, str) else None
+
+
+def _mark(value: str | None) -> str | None:
+    """A value as `current_annotation` reads it back from the store: its fingerprint."""
+    mark = fingerprint(value)
+    return mark if isinstance(mark, str) else None
 
 
 def _resource_version(obj: Mapping[str, Any]) -> str | None:
@@ -152,7 +160,8 @@ class Reconciler:
         self.hot_after, self.hold_min, self.hold_factor = hot_after, hold_min, hold_factor
         self.repatch_after = repatch_after
         self.turns = turns if turns is not None else Turns()
-        # Patches sent whose watch event has not arrived yet: key → (resourceVersion, value).
+        # Patches sent whose watch event has not arrived yet: key → (resourceVersion, the
+        # value's fingerprint, as the watch event will bring it: `current_annotation`).
         self._sent: dict[ObjectKey, tuple[str | None, str | None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._ending: asyncio.Task[None] | None = None  # the last term, cancelled, cleaning up
@@ -307,7 +316,8 @@ class Reconciler:
         if sent is not None and sent[0] != version:
             del self._sent[key]  # the watch caught up with our patch
             sent = None
-        if current_annotation(obj, self.annotation_key) == wanted or sent == (version, wanted):
+        mark = _mark(wanted)
+        if current_annotation(obj, self.annotation_key) == mark or sent == (version, mark):
             return False, wanted, version
         return True, wanted, version
 
@@ -337,12 +347,13 @@ class Reconciler:
         # Remembered before sending: the watch event of this patch may come before the answer,
         # and must be known as our echo, not taken for someone else's edit and queued again.
         before = self._sent.get(key)
-        self._sent[key] = (version, wanted)
+        sent = (version, _mark(wanted))
+        self._sent[key] = sent
         started = time.monotonic()
         try:
             await self._patch(resource, key, wanted, version)
         except kubeapi.ApiError as exc:
-            self._unsent(key, (version, wanted), before)
+            self._unsent(key, sent, before)
             if exc.status == 404:
                 self._succeeded(key, "deleted")  # its DELETED event is on its way
                 return
@@ -354,7 +365,7 @@ class Reconciler:
             self._failed(key, exc)
             return
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            self._unsent(key, (version, wanted), before)
+            self._unsent(key, sent, before)
             if isinstance(exc, TimeoutError):  # no answer in time: as loaded as a 429
                 self._paced(None)
             self._failed(key, exc)
