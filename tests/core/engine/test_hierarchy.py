@@ -524,3 +524,13 @@ def test_the_index_follows_the_store_and_overlays_layer_on_it() -> None:
     assert memo.index_of(store) is first  # kept, the route's entries moved
     assert memo.index_of(store).routes_of_backend(service("apps", "foo")) == frozenset()
     assert memo.index_of(store).routes_of_parent(gateway("infra", "gw")) >= {route("apps", "r")}
+
+
+def test_printed_paths_through_one_rung_share_its_string() -> None:
+    """Paths are kept, one per context: the same rung printed in thousands of contexts is one
+    string, not one each."""
+    gw = ObjectKey("gateway.networking.k8s.io", "Gateway", "infra", "gw")
+    first = hierarchy.path_of((hierarchy.Rung(gw, "https"), hierarchy.Rung(route("apps", "a"))))
+    second = hierarchy.path_of((hierarchy.Rung(gw, "https"), hierarchy.Rung(route("apps", "b"))))
+    assert first[0] == second[0] == "Gateway/infra/gw#https"
+    assert first[0] is second[0]

@@ -27,6 +27,7 @@ Decisions where SPEC §4 is silent (docs/decisions.md):
 from __future__ import annotations
 
 import bisect
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -83,16 +84,21 @@ def namespace_rung(name: str) -> Rung:
 
 
 def path_of(context: Context) -> tuple[str, ...]:
-    """The printed path (SPEC §3.3): one entry per object, `#section` where it passes one."""
+    """The printed path (SPEC §3.3): one entry per object, `#section` where it passes one.
+
+    Each entry is interned: the printed paths are kept (one per context), and the same rung
+    is printed in every context through it — a Gateway's name in thousands of them — so that
+    one string serves them all.
+    """
     entries: list[str] = []
     last: ObjectKey | None = None
     for rung in context:
         if rung.implied:
             continue
         if rung.key == last:
-            entries[-1] = rung.display()
+            entries[-1] = sys.intern(rung.display())
         else:
-            entries.append(rung.display())
+            entries.append(sys.intern(rung.display()))
             last = rung.key
     return tuple(entries)
 
