@@ -28,6 +28,7 @@ from webhook.core.annotation.cache import SummaryCache
 from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
+from webhook.core.state.trim import trim
 from webhook.shell.cluster.kubeapi import Resource
 from webhook.shell.cluster.reconciler import Reconciler, merge_patch_of_annotation, object_path
 from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
@@ -519,18 +520,23 @@ def test_a_retry_scheduled_twice_keeps_the_earliest_and_can_be_cancelled() -> No
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("as_kept", [False, True], ids=["whole", "trimmed"])
 @pytest.mark.parametrize("value", [None, "a stale value"])
-def test_someone_editing_our_annotation_gets_it_put_back(value: str | None) -> None:
+def test_someone_editing_our_annotation_gets_it_put_back(value: str | None, as_kept: bool) -> None:
+    """`trimmed`: the objects as the informers keep them, our annotation a fingerprint."""
     fake = FakeApiServer()
     store = colored_store()
 
+    def kept(obj: dict[str, Any]) -> dict[str, Any]:
+        return trim(obj, keep_annotation=KEY) if as_kept else obj
+
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
         right = reconciler.cache.get(GW)
-        store.upsert(gateway("2", {KEY: right or ""}))
+        store.upsert(kept(gateway("2", {KEY: right or ""})))
         reconciler.set_leading(True)
         await until(lambda: len(fake.patches) == 2)  # route and Service
         assert await reconciler.wait_idle(5)
-        store.upsert(gateway("3", {} if value is None else {KEY: value}))
+        store.upsert(kept(gateway("3", {} if value is None else {KEY: value})))
         await until(lambda: len(fake.patches) == 3)
         assert fake.paths()[-1].endswith("/gateways/gw")
         assert fake.patches[-1][3]["metadata"]["annotations"] == {KEY: right}

@@ -355,7 +355,7 @@ class OverlayMemo:
 
     def structure(self) -> StructureMemo | None:
         overlay = self._overlay
-        if any(key.group_kind in STRUCTURAL_KINDS for key in overlay.overlaid):
+        if _replaces_structure(overlay):
             return None
         return _structure(overlay.base)
 
@@ -363,13 +363,13 @@ class OverlayMemo:
         """The keys whose attached policies may differ from the base's (`_moved_targets`),
         when that is all the overlay changes: no hierarchy object, CRD or ReferenceGrant
         overlaid, so every object's contexts are the base's. None when it changes more."""
-        overlaid = self._overlay.overlaid
-        if any(
-            k.group_kind in STRUCTURAL_KINDS or k.group_kind in _ENGINE_INPUTS for k in overlaid
+        overlay = self._overlay
+        if _replaces_structure(overlay) or any(
+            key.group_kind in _ENGINE_INPUTS for key in overlay.overlaid
         ):
             return None
         if self._moved is None:
-            self._moved = frozenset(_moved_targets(self._overlay))
+            self._moved = frozenset(_moved_targets(overlay))
         return self._moved
 
     def engine(self) -> EngineMemo:
@@ -410,13 +410,17 @@ def ladders_of(view: ClusterView) -> LadderMemo | None:
     return _store_memo(view).ladders() if isinstance(view, Store) else None
 
 
+def _replaces_structure(overlay: OverlayView) -> bool:
+    """Whether the overlay replaces an object contexts are made of (`STRUCTURAL_KINDS`): if
+    not, it has its base's hierarchy, and shares its base's contexts memo."""
+    return any(key.group_kind in STRUCTURAL_KINDS for key in overlay.overlaid)
+
+
 def hierarchy_view(view: ClusterView) -> ClusterView:
     """The view itself, or the base of an overlay that replaces no structural object: the
     same hierarchy (the overlay shares its base's contexts memo on the same ground), read
     without passing every lookup through the overlay."""
-    while isinstance(view, OverlayView) and not any(
-        key.group_kind in STRUCTURAL_KINDS for key in view.overlaid
-    ):
+    while isinstance(view, OverlayView) and not _replaces_structure(view):
         view = view.base
     return view
 

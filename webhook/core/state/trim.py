@@ -73,12 +73,15 @@ def _trim_metadata(metadata: Mapping[str, Any], keep_annotation: str) -> dict[st
     out = {field: metadata[field] for field in _METADATA_FIELDS if field in metadata}
     annotations = metadata.get("annotations")
     if keep_annotation and isinstance(annotations, Mapping) and keep_annotation in annotations:
-        out["annotations"] = {keep_annotation: fingerprint(annotations[keep_annotation])}
+        value = annotations[keep_annotation]  # a non-string (no value of ours) as it is
+        out["annotations"] = {
+            keep_annotation: fingerprint(value) if isinstance(value, str) else value
+        }
     return out
 
 
-def fingerprint(value: object) -> object:
-    """What is kept of our annotation's value: a digest of it, or a non-string as it is.
+def fingerprint(value: str) -> str:
+    """What is kept of our annotation's value: a digest of it.
 
     The reconciler only asks whether the value on an object is the one it wants; a value runs
     to kilobytes on each of thousands of objects, and the leader holds the wanted one in its
@@ -86,7 +89,7 @@ def fingerprint(value: object) -> object:
     values, equal fingerprints; a fingerprint is never mistaken for a value (ours are JSON
     objects). Idempotent, so an object trimmed twice keeps the same one.
     """
-    if not isinstance(value, str) or value.startswith(_FINGERPRINT):
+    if value.startswith(_FINGERPRINT):
         return value
     return _FINGERPRINT + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
 

@@ -83,14 +83,13 @@ def merge_patch_of_annotation(
 
 def current_annotation(obj: Mapping[str, Any], annotation_key: str) -> str | None:
     """The fingerprint of our annotation on `obj` (the store keeps no more: `trim`)."""
-    value = fingerprint(meta.annotations_of(obj).get(annotation_key))
-    return value if isinstance(value, str) else None
+    return _mark(meta.annotations_of(obj).get(annotation_key))
 
 
-def _mark(value: str | None) -> str | None:
-    """A value as `current_annotation` reads it back from the store: its fingerprint."""
-    mark = fingerprint(value)
-    return mark if isinstance(mark, str) else None
+def _mark(value: object) -> str | None:
+    """A value as `current_annotation` reads it back from the store: its fingerprint (None:
+    no value of ours)."""
+    return fingerprint(value) if isinstance(value, str) else None
 
 
 def _resource_version(obj: Mapping[str, Any]) -> str | None:
