@@ -28,7 +28,7 @@ from webhook.shell.cluster import pacing  # its defaults only: light, unlike the
 from webhook.shell.https.endpoints import build_app
 from webhook.shell.https.server import run_until_stopped
 from webhook.shell.https.tls import CertFiles, ReloadingTLS, TLSConfigError, self_signed
-from webhook.shell.process import heap
+from webhook.shell.process import heap, loop_lag
 from webhook.shell.process import readiness as ready
 from webhook.shell.process.logs import fields, setup_logging
 from webhook.shell.process.metrics import Metrics
@@ -177,6 +177,8 @@ async def _serve(serve_config: ServeConfig, *, config: OperatorConfig, settings:
         )  # fmt: skip
     heap.tune()
     async with contextlib.AsyncExitStack() as stack:
+        lag = asyncio.create_task(loop_lag.probe(metrics.loop_lag.observe), name="loop-lag")
+        stack.callback(lag.cancel)
         record_event = None  # Events need a cluster (SPEC 8.2)
         if serve_config.manifests:
             _, where = load_store(serve_config.manifests, store)
