@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -218,8 +219,12 @@ class Bench:
                 if e2e_world.annotation_of(created) is None:
                     raise RuntimeError("the floor's /mutate added no annotation")
             row["admission"] = admission(metrics, self.scrape())
+            if setup == "floor" and noop is not None:
+                row["fanout"] = self.floor_fanout(noop, size)
             if ours is not None:
-                row["handler"] = own_latency(own_before, ours.samples())
+                own_after = ours.samples()
+                row["handler"] = own_latency(own_before, own_after)
+                row["loop_lag"] = loop_lag(own_before, own_after)
                 row["settled_after_s"] = self.wait_idle(ours, timeout=600)
                 time.sleep(live.EXPORT_SECONDS + 0.5)  # the cache's counters reach /metrics
                 row["cache"] = delta(cache_by_name(ours.samples()), cache_by_name(own_before))
@@ -251,6 +256,43 @@ class Bench:
         self, ours: e2e_procs.Ours, size: int, qps: float, *, profile: bool
     ) -> dict[str, Any]:
         """Edit the policy; seconds until every route's annotation says the new marker."""
+        own_before = ours.samples()
+        counters = reconcile_by_name(own_before)
+        phase = f"fanout-{size}-qps{qps:g}"
+        with self.profiled(ours, phase) if profile else contextlib.nullcontext():
+            result = self._timed_fanout(
+                ours.pid,
+                size,
+                qps,
+                lambda marker: self.cluster.apply(e2e_world.retry_policy(marker)),
+            )
+        own_after = ours.samples()
+        result["reconciler"] = delta(reconcile_by_name(own_after), counters)
+        result["handler"] = own_latency(own_before, own_after)
+        result["loop_lag"] = loop_lag(own_before, own_after)
+        result["settled_after_s"] = self.wait_idle(ours, timeout=600)
+        return result
+
+    def floor_fanout(self, floor: e2e_procs.Noop, size: int) -> dict[str, Any]:
+        """The floor's fan-out (`bench.servers`): the new marker's annotation patched onto every
+        route at ours' default limits, each patch through the floor's /mutate — what the API
+        server does for any annotating reconciler's fan-out, at no cost of the webhook's own."""
+
+        def edit(marker: int) -> None:
+            (self.workdir / "floor-annotation.txt").write_text(
+                f"{e2e_world.ANNOTATION}\n{e2e_world.annotation_value(marker)}", encoding="utf-8"
+            )
+            assert floor.proc is not None
+            floor.proc.send_signal(signal.SIGUSR1)
+
+        time.sleep(1.0)  # the floor's watch has seen every route the create made (ours: idle)
+        return self._timed_fanout(floor.pid, size, DEFAULT_QPS, edit)
+
+    def _timed_fanout(
+        self, pid: int | None, size: int, qps: float, edit: Callable[[int], None]
+    ) -> dict[str, Any]:
+        """`edit(marker)`, then seconds until every route's annotation says that marker; the
+        CPU of each process and the API server's admission latency meanwhile."""
         assert self.api is not None
         self.marker += 1
         marker = self.marker
@@ -260,21 +302,17 @@ class Bench:
             return e2e_world.retry_marker(e2e_world.annotation_of(obj)) == marker
 
         watch = e2e_api.Watch(self.api, e2e_world.ROUTES_PATH, since, right).start()
-        own_before = ours.samples()
-        counters = reconcile_by_name(own_before)
-        metrics, cpu = self.scrape(), self.cpu(ours.pid)
-        phase = f"fanout-{size}-qps{qps:g}"
-        with self.profiled(ours, phase) if profile else contextlib.nullcontext():
-            started = time.monotonic()
-            self.cluster.apply(e2e_world.retry_policy(marker))
-            edited = time.monotonic() - started
-            done = watch.wait(size, timeout=120 + 4 * size / qps)
-            cpu_after = self.cpu(ours.pid)
+        metrics, cpu = self.scrape(), self.cpu(pid)
+        started = time.monotonic()
+        edit(marker)
+        edited = time.monotonic() - started
+        done = watch.wait(size, timeout=120 + 4 * size / qps)
+        cpu_after = self.cpu(pid)
         watch.stop()
         if not done:
             raise TimeoutError(f"fan-out: {len(watch.first)} of {size} routes right")
         times = sorted(t - started for t in watch.first.values())
-        result = {
+        return {
             "qps": qps,
             "seconds": times[-1],
             "objects_per_s": size / times[-1],
@@ -283,11 +321,7 @@ class Bench:
             "policy_write_s": edited,
             "cpu_s": delta(cpu_after, cpu),
             "admission": admission(metrics, self.scrape()),
-            "reconciler": delta(reconcile_by_name(ours.samples()), counters),
-            "handler": own_latency(own_before, ours.samples()),
         }
-        result["settled_after_s"] = self.wait_idle(ours, timeout=600)
-        return result
 
 
 # --- metrics helpers ------------------------------------------------------------------------
@@ -334,6 +368,15 @@ def own_latency(before: promtext.Samples, after: promtext.Samples) -> dict[str, 
         )
         for endpoint in ("mutate", "validate")
     }
+
+
+def loop_lag(before: promtext.Samples, after: promtext.Samples) -> dict[str, Any]:
+    """How late ours' loop ran its probe's timers between two scrapes (`process.loop_lag`): the
+    wait a call met inside ours before its handler, beside the API server's whole figure."""
+    metric = f"{OUR_PREFIX}_event_loop_lag_seconds"
+    return e2e_summary.pooled(
+        [promtext.histogram(after, metric).minus(promtext.histogram(before, metric))]
+    )
 
 
 def admission(before: promtext.Samples, after: promtext.Samples) -> dict[str, Any]:

@@ -25,6 +25,8 @@ TARGETS: tuple[tuple[str, str, float, str, bool], ...] = (
     ("convergence_objects_per_s", "convergence after one policy edit, default qps, largest size", 200.0, " objects/s", True),
 )  # fmt: skip
 
+LATENCY_FIGURES = ("p50_ms", "p99_ms", "mean_ms", "share_within_5ms", "count")
+
 
 def pooled(hists: Iterable[promtext.Histogram | Mapping[str, Any]]) -> dict[str, Any]:
     """Histograms summed (bounds aligned), with their estimates; dicts are earlier results."""
@@ -98,8 +100,12 @@ def figures(
                     f[f"{p}{setup}_cpu_{proc.replace('-', '_')}_s"] = _median(cpu)
             if setup != "none":
                 adm = pooled(r["admission"]["admit"] for r in those)
-                for k in ("p50_ms", "p99_ms", "mean_ms", "share_within_5ms", "count"):
+                for k in LATENCY_FIGURES:
                     f[f"{p}{setup}_admit_{k}"] = adm[k]
+            if lags := [r["loop_lag"] for r in those if "loop_lag" in r]:
+                lag = pooled(lags)
+                for k in LATENCY_FIGURES:
+                    f[f"{p}{setup}_lag_{k}"] = lag[k]
         for name, num, den in (
             ("ours_vs_noop", "ours", "noop"),
             ("noop_vs_none", "noop", "none"),
@@ -114,6 +120,7 @@ def figures(
             f[f"{p}{name}_min"] = min(ratios, default=math.nan)
             f[f"{p}{name}_max"] = max(ratios, default=math.nan)
         f.update(_fanouts(by.get("ours", []), size))
+        f.update(_fanouts(by.get("floor", []), size, setup="floor_"))
         if "base" in by:
             f.update(_fanouts(by["base"], size, setup="base_"))
     if growth:
@@ -141,7 +148,8 @@ def _round_ratios(rows: list[dict[str, Any]], num: str, den: str) -> list[float]
 
 
 def _fanouts(ours_rows: list[dict[str, Any]], size: int, setup: str = "") -> dict[str, float]:
-    """Figures of the fan-outs of ours (or, `setup="base_"`, of the baseline's code)."""
+    """Figures of the fan-outs of ours (or, `setup="base_"`, of the baseline's code; with
+    `"floor_"`, the floor's patches of every route at ours' default limits)."""
     f: dict[str, float] = {}
     for key, prefix in (
         ("fanout", f"{setup}fanout_{size}_"),
@@ -157,11 +165,16 @@ def _fanouts(ours_rows: list[dict[str, Any]], size: int, setup: str = "") -> dic
             f[f"{prefix}cpu_{proc.replace('-', '_')}_s"] = _median(
                 [run["cpu_s"][proc] for run in runs]
             )
-        for k in ("patches", "skips", "errors", "retries"):
-            f[f"{prefix}reconcile_{k}"] = _median([run["reconciler"][k] for run in runs])
+        if all("reconciler" in run for run in runs):
+            for k in ("patches", "skips", "errors", "retries"):
+                f[f"{prefix}reconcile_{k}"] = _median([run["reconciler"][k] for run in runs])
         adm = pooled(run["admission"]["admit"] for run in runs)
-        for k in ("p50_ms", "p99_ms", "mean_ms", "share_within_5ms", "count"):
+        for k in LATENCY_FIGURES:
             f[f"{prefix}admit_{k}"] = adm[k]
+        if lags := [run["loop_lag"] for run in runs if "loop_lag" in run]:
+            lag = pooled(lags)
+            for k in LATENCY_FIGURES:
+                f[f"{prefix}lag_{k}"] = lag[k]
     return f
 
 

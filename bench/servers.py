@@ -11,8 +11,12 @@ answers `allowed: true`. With `--annotate` and `--watch` the no-op becomes the e
 benchmark's *floor*: what any webhook that annotates must make the API server do, at no cost of
 its own — /mutate answers with a JSON Patch that adds the annotation in FILE (the size of ours)
 to an object that lacks it, and one watch of PATH reads and decodes every event, as the
-smallest informer would. Both print `READY <port>` on stdout once they accept connections and
-stop on SIGTERM. Logs go to stderr, which the harness sends to a file.
+smallest informer would. On SIGUSR1 the floor reads FILE again and patches that annotation
+onto every route its watch has seen, as a reconciler would after a policy edit, within ours'
+default limits (`--reconcile-qps`, `--reconcile-burst`, `--reconcile-workers`): the floor of
+a fan-out, each patch coming back through its /mutate as ours' patches come back through ours.
+Both print `READY <port>` on stdout once they accept connections and stop on SIGTERM. Logs go
+to stderr, which the harness sends to a file.
 
 The webhook also answers `GET /bench/cpu` with the CPU seconds it spent inside the admission
 decisions (`validation.validate` and `mutation.mutate`, the core) and how many it made, so that
@@ -119,13 +123,28 @@ async def _noop(request: web.Request) -> web.Response:
     )
 
 
-def _annotating(key: str, value: str) -> Callable[[web.Request], Any]:
+class _Floor:
+    """What the floor annotates (FILE: key, newline, value; read again before a fan-out) and
+    the routes its watch has seen."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.names: set[str] = set()
+        self.key = self.value = ""
+        self.read()
+
+    def read(self) -> None:
+        self.key, _, self.value = self.file.read_text(encoding="utf-8").partition("\n")
+
+
+def _annotating(floor: _Floor) -> Callable[[web.Request], Any]:
     """The floor's /mutate: the annotation added to an object that lacks it, else nothing."""
 
     async def annotate(request: web.Request) -> web.Response:
         review = json.loads(await request.read())
         req = review["request"]
         response: dict[str, Any] = {"uid": req["uid"], "allowed": True}
+        key, value = floor.key, floor.value
         if request.path == "/mutate":
             annotations = (req.get("object") or {}).get("metadata", {}).get("annotations")
             if not isinstance(annotations, dict):
@@ -150,8 +169,9 @@ def _annotating(key: str, value: str) -> Callable[[web.Request], Any]:
     return annotate
 
 
-async def _watch(kubeconfig: Path, path: str) -> None:
-    """One watch of `path`, each event read and decoded, again whenever the server ends it."""
+async def _watch(kubeconfig: Path, path: str, floor: _Floor | None) -> None:
+    """One watch of `path`, each event read and decoded, again whenever the server ends it;
+    the names of the objects it holds kept in `floor`."""
     import aiohttp
     import orjson
 
@@ -166,15 +186,65 @@ async def _watch(kubeconfig: Path, path: str) -> None:
                 path, params=params, ssl=api.context, timeout=aiohttp.ClientTimeout(total=None)
             ) as reply:
                 async for line in reply.content:
-                    if line.strip():
-                        orjson.loads(line)
+                    if not line.strip():
+                        continue
+                    event = orjson.loads(line)
+                    if floor is not None:
+                        name = event["object"]["metadata"]["name"]
+                        if event["type"] == "DELETED":
+                            floor.names.discard(name)
+                        else:
+                            floor.names.add(name)
+
+
+async def _fan_out(kubeconfig: Path, path: str, floor: _Floor) -> None:
+    """Patch the annotation in `floor` onto every route it has seen, as ours' reconciler does
+    after a policy edit and within its default limits: a JSON merge patch of that one key, a
+    token bucket at ours' default ceiling and burst, ours' default patches in flight. No rate
+    adaptation: ours' never backed off in these fan-outs (no 429, no slow answers)."""
+    import aiohttp
+
+    from bench.e2e_api import Api
+    from webhook.shell.cluster import pacing
+
+    floor.read()
+    api = Api(kubeconfig)
+    rate, burst = pacing.DEFAULT_CEILING, float(pacing.DEFAULT_BURST)
+    names = sorted(floor.names)
+    body = json.dumps({"metadata": {"annotations": {floor.key: floor.value}}}).encode()
+    headers = {"Content-Type": "application/merge-patch+json"}
+    loop = asyncio.get_running_loop()
+    bucket = {"tokens": burst, "at": loop.time()}
+
+    async def token() -> None:
+        while True:
+            now = loop.time()
+            bucket["tokens"] = min(burst, bucket["tokens"] + (now - bucket["at"]) * rate)
+            bucket["at"] = now
+            if bucket["tokens"] >= 1:
+                bucket["tokens"] -= 1
+                return
+            await asyncio.sleep((1 - bucket["tokens"]) / rate)
+
+    async with aiohttp.ClientSession(f"https://{api.host}:{api.port}") as session:
+
+        async def worker() -> None:
+            while names:
+                name = names.pop()
+                await token()
+                url = f"{path}/{name}"
+                async with session.patch(url, data=body, headers=headers, ssl=api.context) as r:
+                    await r.read()
+
+        await asyncio.gather(*(worker() for _ in range(pacing.DEFAULT_IN_FLIGHT)))
+    print(f"fanned out to {len(floor.names)} objects", file=sys.stderr, flush=True)
 
 
 async def _run_noop(args: argparse.Namespace) -> None:
     app = web.Application(client_max_size=7 * 1024 * 1024)
-    if args.annotate:
-        key, _, value = Path(args.annotate).read_text(encoding="utf-8").partition("\n")
-        app.router.add_post("/{tail:.*}", _annotating(key, value))
+    floor = _Floor(Path(args.annotate)) if args.annotate else None
+    if floor is not None:
+        app.router.add_post("/{tail:.*}", _annotating(floor))
     else:
         app.router.add_post("/{tail:.*}", _noop)
     runner = web.AppRunner(app, access_log=None)
@@ -182,8 +252,20 @@ async def _run_noop(args: argparse.Namespace) -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=_tls(args.cert_dir).context)
     await site.start()
     watching = (
-        asyncio.create_task(_watch(Path(args.watch[0]), args.watch[1])) if args.watch else None
+        asyncio.create_task(_watch(Path(args.watch[0]), args.watch[1], floor))
+        if args.watch
+        else None
     )
+    fanning: set[asyncio.Task[None]] = set()
+    if floor is not None and args.watch:
+        kubeconfig, path = Path(args.watch[0]), args.watch[1]
+
+        def fan_out() -> None:
+            task = asyncio.create_task(_fan_out(kubeconfig, path, floor))
+            fanning.add(task)
+            task.add_done_callback(fanning.discard)
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, fan_out)
     print(f"READY {runner.addresses[0][1]}", flush=True)
     await _until_stopped()
     if watching is not None:
