@@ -22,6 +22,7 @@ from tests.fixtures.changes import (
     apply,
     assert_fresh,
     base_store,
+    gateway_doc,
     policy_docs,
     rebuilt,
     route_doc,
@@ -128,14 +129,7 @@ def test_a_route_event_makes_one_piece_again(monkeypatch: pytest.MonkeyPatch) ->
     cache.get(FOO)
     ROUTE_EVENTS[0][1](store)
     cache.get(FOO)  # its pieces made, once
-    made: list[object] = []
-    real = effective.part_of
-
-    def counted(*args: Any) -> effective.Part:
-        made.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(effective, "part_of", counted)
+    made = counting_pieces(monkeypatch)
     for what, event in ROUTE_EVENTS[1:]:
         if "Service" in what or "annotation" in what:
             continue
@@ -310,3 +304,124 @@ def test_a_busy_service_in_pieces_keeps_to_16_kib_and_its_bytes_to_no_order() ->
     assert {k: v["policies"] for k, v in value["policies"].items()} == {
         k: v["policies"] for k, v in json.loads(whole)["policies"].items()
     }
+
+
+# --- the work ahead of a value, in steps (`hubs.advance`, `SummaryCache.prepare`) ---------------
+
+
+def counting_pieces(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    made: list[object] = []
+    real = effective.part_of
+
+    def counted(*args: Any) -> effective.Part:
+        made.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(effective, "part_of", counted)
+    return made
+
+
+def test_after_a_burst_of_route_writes_the_work_comes_in_bounded_steps_and_get_does_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twenty routes written beside forty: `prepare` makes their pieces four at a time, says
+    when it is done, and `get` then makes none and returns the whole computation's bytes."""
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
+    monkeypatch.setattr(hubs, "ADVANCE_ROUTES", 4)
+    store = busy_store()
+    cache = SummaryCache(store, Settings())
+    cache.get(FOO)
+    ROUTE_EVENTS[0][1](store)
+    cache.get(FOO)  # a route event reached it: in pieces from now on
+    for i in range(20):
+        store.upsert(route_doc("apps", f"burst{i:02d}", (0, 5, 1)[i % 3], (0, 2)[i % 2]))
+    made = counting_pieces(monkeypatch)
+    steps = []
+    while True:
+        before = len(made)
+        more = cache.prepare(FOO)
+        steps.append(len(made) - before)
+        if not more:
+            break
+    assert len(steps) >= 5 and max(steps) <= 4, steps
+    assert sum(steps) >= 20, "every route written has its piece made ahead"
+    made.clear()
+    assert cache.get(FOO) == summary.summarize(FOO, rebuilt(store), Settings())
+    assert made == [], "nothing left for get"
+    assert not cache.prepare(FOO), "a value in the cache needs nothing ahead"
+
+
+def test_steps_ahead_start_over_where_the_memo_did() -> None:
+    """A Gateway's write drops every kept part: the steps make the Service's again, route by
+    route, and the value is the whole computation's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
+        patch.setattr(hubs, "ADVANCE_ROUTES", 4)
+        store = busy_store()
+        cache = SummaryCache(store, Settings())
+        ROUTE_EVENTS[0][1](store)
+        cache.get(FOO)
+        store.upsert(gateway_doc(["http"], 2))  # its https listener gone
+        ROUTE_EVENTS[1][1](store)
+        contexts_made: list[object] = []
+        real = hierarchy._service_part
+
+        def counted(*args: Any) -> Any:
+            contexts_made.append(args)
+            return real(*args)
+
+        patch.setattr(hierarchy, "_service_part", counted)
+        steps = []
+        while True:
+            before = len(contexts_made)
+            more = cache.prepare(FOO)
+            steps.append(len(contexts_made) - before)
+            if not more:
+                break
+        assert max(steps) <= 4, steps
+        routes_to_foo = memo.index_of(store).routes_of_backend(FOO)
+        assert sum(steps) == len(routes_to_foo) > 30, "every route's contexts, once each"
+        assert cache.get(FOO) == summary.summarize(FOO, rebuilt(store), Settings())
+
+
+@settings(
+    max_examples=examples(100),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    start=st.lists(st.one_of(st.tuples(st.just("upsert"), policy_docs()), MORE_ROUTES), max_size=6),
+    ops=st.lists(
+        st.tuples(st.one_of(OPS, MORE_ROUTES), st.integers(0, 3), st.booleans()),
+        min_size=1,
+        max_size=10,
+    ),
+    cap=st.sampled_from(CAPS),
+)
+def test_steps_ahead_between_any_writes_leave_every_value_as_a_fresh_computation(
+    start: list[Op], ops: list[tuple[Op, int, bool]], cap: int
+) -> None:
+    """SPEC §5.8 with work done ahead: after each change, some steps of `prepare` (one route
+    a step) on every Service — left unfinished when the next change comes, or not — and, now
+    and then, every value read: each equals the whole computation on a fresh store."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hierarchy, "PARTS_MIN_ROUTES", 1)
+        patch.setattr(memo.StoreMemo, "hub_wanted", lambda self, key: True)
+        patch.setattr(hubs, "ADVANCE_ROUTES", 1)
+        settings_ = Settings(annotation_max_bytes=cap)
+        store = base_store()
+        for op in start:
+            apply(store, op)
+        cache = SummaryCache(store, settings_)
+        keys = annotated(store)
+        assert_fresh(cache, store, keys, settings_)
+        for op, steps, look in ops:
+            apply(store, op)
+            keys = sorted({*keys, *annotated(store)})
+            for key in keys:
+                if key.kind == "Service":
+                    for _ in range(steps):
+                        cache.prepare(key)
+            if look:
+                assert_fresh(cache, store, keys, settings_)
+        assert_fresh(cache, store, keys, settings_)

@@ -865,3 +865,60 @@ def test_an_add_while_a_key_is_worked_on_waits_for_the_window_the_work_then_open
         assert queue.idle
 
     asyncio.run(main())
+
+
+# --- a busy Service's computation in steps -------------------------------------------------------
+
+
+def named_route(name: str) -> dict[str, Any]:
+    doc = route()
+    doc["metadata"]["name"] = name
+    return doc
+
+
+def test_a_busy_services_value_is_computed_in_steps_with_the_loop_served_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Forty routes written to a Service behind forty: the leader makes their pieces a few at a
+    time (`SummaryCache.prepare`), taking a turn of the loop before each step — a review that
+    arrived meanwhile is answered between two steps — and patches the whole value."""
+    from webhook.core.annotation import hubs, summary
+    from webhook.core.engine import hierarchy
+
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
+    monkeypatch.setattr(hubs, "ADVANCE_ROUTES", 4)
+    fake = FakeApiServer()
+    store = colored_store()
+    for i in range(40):
+        store.upsert(named_route(f"r{i:02d}"))
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        reconciler.set_leading(True)
+        await until(reconciler.passed.is_set)
+        store.upsert(named_route("r-first-event"))  # a route event: the Service in pieces now
+        assert await reconciler.wait_idle(10)
+        events: list[str] = []
+        prepare, take = reconciler.cache.prepare, reconciler.turns.take
+
+        def prepared(key: ObjectKey) -> bool:
+            more = prepare(key)
+            events.append(f"prepare {key.kind} {more}")
+            return more
+
+        async def taken() -> None:
+            events.append("turn")
+            await take()
+
+        monkeypatch.setattr(reconciler.cache, "prepare", prepared)
+        monkeypatch.setattr(reconciler.turns, "take", taken)
+        for i in range(40):
+            store.upsert(named_route(f"s{i:02d}"))
+        assert await reconciler.wait_idle(10)
+        service_steps = [i for i, e in enumerate(events) if e == "prepare Service True"]
+        assert len(service_steps) >= 10, events
+        assert all(events[i + 1] == "turn" for i in service_steps), events
+        (*_, last) = [body for path, *_, body in fake.patches if path.endswith("/services/foo")]
+        (value,) = last["metadata"]["annotations"].values()
+        assert value == summary.summarize(SVC, store, SETTINGS)
+
+    run(fake, scenario, store, turns=Turns(length=0.0))

@@ -96,6 +96,14 @@ class SummaryCache:
         self._entries[key] = entry
         return entry.value
 
+    def prepare(self, key: ObjectKey) -> bool:
+        """Some of the work of the next `get(key)` ahead of it, in a bounded step; True while
+        more remains. Only a Service behind many routes has such work (`hubs.advance`): after
+        a burst of route writes, the pieces of those routes. `get` returns the same value
+        whether or not this was called; an asynchronous caller calls it between turns of its
+        loop, so that no single step holds the loop for the whole computation."""
+        return key not in self and hubs.advance(key, self._store, limit=hubs.ADVANCE_ROUTES)
+
     def admitted(
         self,
         key: ObjectKey,

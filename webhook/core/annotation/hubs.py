@@ -19,6 +19,7 @@ routes move again, the whole value is as cheap and the pieces would only cost mo
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,14 +44,9 @@ def summarize_in_pieces(
     pieces; None for any other object, or where it cannot be."""
     parts = hierarchy.contexts_by_route(key, store)
     obj = store.get(key)
-    hubs = memo.hubs_of(store)
-    if obj is None or not parts or hubs is None:
-        return None  # made whole: few routes, or none whose context reaches it
-    hub = hubs.get(key)
-    if not isinstance(hub, Hub):
-        if not memo.hub_wanted(store, key):
-            return None  # no route event since the pieces were dropped: as cheap made whole
-        hub = hubs[key] = Hub(parts)
+    hub = _hub(key, store, parts)
+    if obj is None or parts is None or hub is None:
+        return None  # made whole: few routes, none whose context reaches it, or no pieces
     hub.refresh(store, parts)
     if effective.hub_blocked(key, store, hub.met):
         return None
@@ -58,6 +54,42 @@ def summarize_in_pieces(
     if entries is None:
         return None
     return _rendered([*entries, *_direct_entries(key, store)], settings.annotation_max_bytes)
+
+
+# Routes per step of `advance`: each costs a few tens of microseconds per phase, so a step
+# stays within a turn of the event loop (`shell.process.turns`, 2 ms).
+ADVANCE_ROUTES = 32
+
+
+def advance(key: ObjectKey, store: Store, *, limit: int) -> bool:
+    """Some of the next `summarize_in_pieces(key, …)`'s work ahead of it, at most `limit`
+    routes' worth: the Service's contexts of the routes written since (`hierarchy`), then
+    their pieces. True while some remain; `summarize_in_pieces` then has only the rest to do,
+    and returns the same bytes either way.
+
+    Why: after a burst of route writes (a bulk create) a busy Service has hundreds of routes
+    to make again, tens of milliseconds in one synchronous step; an asynchronous caller that
+    gives its loop a turn between two calls keeps admission from waiting behind all of it."""
+    if hierarchy.advance_by_route(key, store, limit=limit):
+        return True
+    parts = hierarchy.contexts_by_route(key, store)
+    hub = _hub(key, store, parts)
+    return parts is not None and hub is not None and hub.refresh(store, parts, limit=limit)
+
+
+def _hub(
+    key: ObjectKey, store: Store, parts: Mapping[ObjectKey, tuple[Context, ...]] | None
+) -> Hub | None:
+    """The Service's pieces kept in the store's memo, started where route events reach it."""
+    hubs = memo.hubs_of(store)
+    if not parts or hubs is None:
+        return None
+    hub = hubs.get(key)
+    if not isinstance(hub, Hub):
+        if not memo.hub_wanted(store, key):
+            return None  # no route event since the pieces were dropped: as cheap made whole
+        hub = hubs[key] = Hub(parts)
+    return hub
 
 
 # --- the pieces and their totals ----------------------------------------------------------------
@@ -131,12 +163,20 @@ class Hub:
     def forget(self, route: ObjectKey) -> None:
         self._pending.add(route)
 
-    def refresh(self, store: Store, parts: Mapping[ObjectKey, tuple[Context, ...]]) -> None:
-        """Make again the pieces of the routes forgotten, from the Service's contexts now."""
+    def refresh(
+        self,
+        store: Store,
+        parts: Mapping[ObjectKey, tuple[Context, ...]],
+        *,
+        limit: int | None = None,
+    ) -> bool:
+        """Make again the pieces of the routes forgotten (at most `limit` of them), from the
+        Service's contexts now; True while some remain forgotten."""
         if not self._pending:
-            return
+            return False
         made: list[RoutePiece] = []
-        for route in sorted(self._pending):
+        batch = _some(self._pending, limit)
+        for route in batch:
             gone = self._pieces.pop(route, None)
             if gone is not None:
                 self._take_out(gone)
@@ -145,7 +185,7 @@ class Hub:
                 piece = self._pieces[route] = RoutePiece(effective.part_of(contexts, store))
                 self.met.update(piece.part.kinds)
                 made.append(piece)
-        self._pending.clear()
+        self._pending.difference_update(batch)
         shown = {gk for gk in self.met if store.profile(gk).policy_class == "Inherited"}
         for gk in set(self._kinds) - shown:  # no route meets it any more
             del self._kinds[gk]
@@ -159,6 +199,7 @@ class Hub:
             else:
                 for piece in made:
                     self._put_in(piece, gk, store)
+        return bool(self._pending)
 
     def entries(
         self, key: ObjectKey, obj: Mapping[str, Any], store: Store
@@ -213,6 +254,13 @@ class Hub:
                     kept.remove(path)
                 if not kept.ordered:
                     del totals.signatures[signature]
+
+
+def _some(routes: set[ObjectKey], limit: int | None) -> list[ObjectKey]:
+    """All of `routes` in order, or any `limit` of them: the order of making pieces does not
+    change the value (every total is kept sorted), and sorting thousands of routes again for
+    each step of `advance` would cost more than the step."""
+    return sorted(routes) if limit is None else list(itertools.islice(routes, limit))
 
 
 # --- the value, as `summary` writes it -----------------------------------------------------------

@@ -27,6 +27,7 @@ Decisions where SPEC §4 is silent (docs/decisions.md):
 from __future__ import annotations
 
 import bisect
+import itertools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -133,13 +134,42 @@ def contexts_by_route(
     value is made of, route by route (`annotation.hubs`). None elsewhere: no memo, no Service,
     or one whose contexts are made whole (behind fewer than `PARTS_MIN_ROUTES` routes).
     Read it before the store is written again."""
-    memo = shared_structure(view) if key.group_kind == kinds.SERVICE else None
-    if memo is None:
+    found = _kept_service(key, view)
+    if found is None:
         return None
-    obj = view.get(key)
-    if obj is None or (key not in memo.services and not _kept_by_route(key, view)):
-        return None
+    memo, obj = found
     return _service_parts(key, obj, view, memo).by_route
+
+
+def advance_by_route(key: ObjectKey, view: ClusterView, *, limit: int) -> bool:
+    """Some of `contexts_by_route`'s work ahead of it: the parts of at most `limit` routes of a
+    busy Service — those written since its parts were last read, or, where the memo started
+    over, every route's in turns. True while some remain. Between two calls the view may be
+    written; the parts stay right (a route not yet made keeps its old part until its turn)."""
+    found = _kept_service(key, view)
+    if found is None:
+        return False
+    memo, obj = found
+    parts = memo.services.get(key)
+    if parts is None:  # made route by route, as if every route had just been written
+        routes_here = index_of(view).routes_of_backend(key)
+        parts = memo.services[key] = ServiceParts(pending=set(routes_here))
+    if parts.pending:
+        _service_parts(key, obj, view, memo, limit=limit)
+    return bool(parts.pending)
+
+
+def _kept_service(
+    key: ObjectKey, view: ClusterView
+) -> tuple[StructureMemo, Mapping[str, Any]] | None:
+    """The memo and the object of a Service whose contexts `view` keeps by route, else None."""
+    memo = shared_structure(view) if key.group_kind == kinds.SERVICE else None
+    obj = view.get(key) if memo is not None else None
+    if memo is None or obj is None:
+        return None
+    if key not in memo.services and not _kept_by_route(key, view):
+        return None
+    return memo, obj
 
 
 # A Service behind this many routes is a hub: it keeps its contexts by route
@@ -315,13 +345,19 @@ def _service_contexts(
 
 
 def _service_parts(
-    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: StructureMemo
+    key: ObjectKey,
+    obj: Mapping[str, Any],
+    view: ClusterView,
+    memo: StructureMemo,
+    *,
+    limit: int | None = None,
 ) -> ServiceParts:
     """A Service's contexts, route by route: one per (route context, backendRef to it).
 
     Made whole once; then a route's write (`memo.StoreMemo`) marks its part pending, and only
     that part is made again and put in place: a route event beside 10,000 others on the same
-    Service costs a few comparisons (`bisect`), not a sort of 20,000 contexts.
+    Service costs a few comparisons (`bisect`), not a sort of 20,000 contexts. With `limit`,
+    at most that many pending parts are made; the rest stay pending (`advance_by_route`).
     """
     parts = memo.services.get(key)
     if parts is not None and not parts.pending:
@@ -337,7 +373,11 @@ def _service_parts(
         parts.ordered = tuple(sorted(_chain(parts.by_route.values()), key=_context_order))
         return parts
     ordered = list(parts.ordered)
-    for route in sorted(parts.pending or ()):
+    pending = parts.pending or set()
+    # In order when whole; any `limit` of them in a step (where each part goes does not
+    # depend on when it is made, and sorting all again each step would cost more than it).
+    batch = sorted(pending) if limit is None else list(itertools.islice(pending, limit))
+    for route in batch:
         for context in parts.by_route.pop(route, ()):
             at = bisect.bisect_left(ordered, _context_order(context), key=_context_order)
             del ordered[at]  # parts never share a context: each holds its route's rung
@@ -348,7 +388,7 @@ def _service_parts(
             parts.by_route[route] = found
             for context in found:
                 bisect.insort(ordered, context, key=_context_order)
-    parts.pending = None
+    parts.pending = pending.difference(batch) or None
     parts.ordered = tuple(ordered)
     return parts
 

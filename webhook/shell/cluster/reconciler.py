@@ -8,7 +8,9 @@ every replica serves admission.
 It shares the event loop with admission, and a summary is computed synchronously, so the
 reconciler keeps out of admission's way: its workers compute in the process's turns
 (`process.turns`, shared with the informers' watch events), and the loop serves what arrived
-meanwhile between two turns. An object whose value was costly to compute (a Service that
+meanwhile between two turns; the value of a Service behind many routes, after a burst of route
+writes, is made in steps of a few routes, a turn each (`SummaryCache.prepare`), not in one
+step of tens of milliseconds. An object whose value was costly to compute (a Service that
 hundreds of routes send to) is held for a while after each computation — the changes that reach
 it meanwhile (a bulk create of those routes) are served by one computation at the window's end
 instead of one each. Likewise an
@@ -293,9 +295,12 @@ class Reconciler:
             await asyncio.sleep(0)
 
     async def _decided(self, key: ObjectKey) -> tuple[bool, str | None, str | None]:
-        """`_wanted`, once the loop had its say if the reconciler's turn is over."""
+        """`_wanted`, once the loop had its say if the reconciler's turn is over. A busy
+        Service's computation is done in steps first (`SummaryCache.prepare`), one a turn."""
         if key not in self.cache:  # a lookup needs no turn; a computation does
             await self.turns.take()
+            while self.cache.prepare(key):
+                await self.turns.take()
         return self._wanted(key)
 
     def _wanted(self, key: ObjectKey) -> tuple[bool, str | None, str | None]:
