@@ -876,27 +876,39 @@ def named_route(name: str) -> dict[str, Any]:
     return doc
 
 
+def busy_service_store(monkeypatch: pytest.MonkeyPatch) -> Store:
+    """Service foo behind forty routes, kept in pieces made four routes a step."""
+    from webhook.core.annotation import hubs
+    from webhook.core.engine import hierarchy
+
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
+    monkeypatch.setattr(hubs, "ADVANCE_ROUTES", 4)
+    store = colored_store()
+    for i in range(40):
+        store.upsert(named_route(f"r{i:02d}"))
+    return store
+
+
+async def lead_with_the_service_in_pieces(reconciler: Reconciler, store: Store) -> None:
+    reconciler.set_leading(True)
+    await until(reconciler.passed.is_set)
+    store.upsert(named_route("r-first-event"))  # a route event: the Service in pieces now
+    assert await reconciler.wait_idle(10)
+
+
 def test_a_busy_services_value_is_computed_in_steps_with_the_loop_served_between(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Forty routes written to a Service behind forty: the leader makes their pieces a few at a
     time (`SummaryCache.prepare`), taking a turn of the loop before each step — a review that
     arrived meanwhile is answered between two steps — and patches the whole value."""
-    from webhook.core.annotation import hubs, summary
-    from webhook.core.engine import hierarchy
+    from webhook.core.annotation import summary
 
-    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
-    monkeypatch.setattr(hubs, "ADVANCE_ROUTES", 4)
     fake = FakeApiServer()
-    store = colored_store()
-    for i in range(40):
-        store.upsert(named_route(f"r{i:02d}"))
+    store = busy_service_store(monkeypatch)
 
     async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
-        reconciler.set_leading(True)
-        await until(reconciler.passed.is_set)
-        store.upsert(named_route("r-first-event"))  # a route event: the Service in pieces now
-        assert await reconciler.wait_idle(10)
+        await lead_with_the_service_in_pieces(reconciler, store)
         events: list[str] = []
         prepare, take = reconciler.cache.prepare, reconciler.turns.take
 
@@ -922,3 +934,31 @@ def test_a_busy_services_value_is_computed_in_steps_with_the_loop_served_between
         assert value == summary.summarize(SVC, store, SETTINGS)
 
     run(fake, scenario, store, turns=Turns(length=0.0))
+
+
+def test_a_value_computed_in_steps_is_held_by_the_cost_of_all_its_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each step cheap, together costly (here: 3 ms a step, 5 ms the threshold): the Service is
+    held as its whole computation would have it, or every route of a bulk create would make it
+    computed again, its steps and all, instead of once a window."""
+    fake = FakeApiServer()
+    store = busy_service_store(monkeypatch)
+
+    async def scenario(reconciler: Reconciler, store: Store, fake: FakeApiServer) -> None:
+        await lead_with_the_service_in_pieces(reconciler, store)
+        prepare = reconciler.cache.prepare
+
+        def slow_step(key: ObjectKey) -> bool:
+            more = prepare(key)
+            time.sleep(0.003)
+            return more
+
+        monkeypatch.setattr(reconciler.cache, "prepare", slow_step)
+        holds = reconciler.holds
+        for i in range(40):
+            store.upsert(named_route(f"s{i:02d}"))
+        assert await reconciler.wait_idle(10)
+        assert reconciler.holds > holds
+
+    run(fake, scenario, store, hot_after=0.005, hold_min=0.05, hold_factor=0.0)

@@ -297,13 +297,19 @@ class Reconciler:
     async def _decided(self, key: ObjectKey) -> tuple[bool, str | None, str | None]:
         """`_wanted`, once the loop had its say if the reconciler's turn is over. A busy
         Service's computation is done in steps first (`SummaryCache.prepare`), one a turn."""
+        ahead = 0.0  # seconds of the computation done in steps: it counts for the hold too
         if key not in self.cache:  # a lookup needs no turn; a computation does
             await self.turns.take()
-            while self.cache.prepare(key):
+            while True:
+                started = time.perf_counter()
+                more = self.cache.prepare(key)
+                ahead += time.perf_counter() - started
+                if not more:
+                    break
                 await self.turns.take()
-        return self._wanted(key)
+        return self._wanted(key, ahead)
 
-    def _wanted(self, key: ObjectKey) -> tuple[bool, str | None, str | None]:
+    def _wanted(self, key: ObjectKey, ahead: float) -> tuple[bool, str | None, str | None]:
         """(patch needed, value wanted, resourceVersion it was computed from)."""
         obj = self.store.get(key)
         if obj is None:
@@ -311,7 +317,7 @@ class Reconciler:
         version = _resource_version(obj)
         started = time.perf_counter()
         wanted = self.cache.get(key)
-        cost = time.perf_counter() - started
+        cost = ahead + time.perf_counter() - started
         if cost >= self.hot_after:
             # Costly: changes reaching it soon wait and share one computation (module doc).
             self.queue.hold(key, max(self.hold_min, self.hold_factor * cost))
