@@ -99,13 +99,8 @@ def figures(
                 if cpu:
                     f[f"{p}{setup}_cpu_{proc.replace('-', '_')}_s"] = _median(cpu)
             if setup != "none":
-                adm = pooled(r["admission"]["admit"] for r in those)
-                for k in LATENCY_FIGURES:
-                    f[f"{p}{setup}_admit_{k}"] = adm[k]
-            if lags := [r["loop_lag"] for r in those if "loop_lag" in r]:
-                lag = pooled(lags)
-                for k in LATENCY_FIGURES:
-                    f[f"{p}{setup}_lag_{k}"] = lag[k]
+                _latency(f, f"{p}{setup}_admit_", [r["admission"]["admit"] for r in those])
+            _latency(f, f"{p}{setup}_lag_", [r["loop_lag"] for r in those if "loop_lag" in r])
         for name, num, den in (
             ("ours_vs_noop", "ours", "noop"),
             ("noop_vs_none", "noop", "none"),
@@ -168,14 +163,18 @@ def _fanouts(ours_rows: list[dict[str, Any]], size: int, setup: str = "") -> dic
         if all("reconciler" in run for run in runs):
             for k in ("patches", "skips", "errors", "retries"):
                 f[f"{prefix}reconcile_{k}"] = _median([run["reconciler"][k] for run in runs])
-        adm = pooled(run["admission"]["admit"] for run in runs)
-        for k in LATENCY_FIGURES:
-            f[f"{prefix}admit_{k}"] = adm[k]
-        if lags := [run["loop_lag"] for run in runs if "loop_lag" in run]:
-            lag = pooled(lags)
-            for k in LATENCY_FIGURES:
-                f[f"{prefix}lag_{k}"] = lag[k]
+        _latency(f, f"{prefix}admit_", [run["admission"]["admit"] for run in runs])
+        _latency(f, f"{prefix}lag_", [run["loop_lag"] for run in runs if "loop_lag" in run])
     return f
+
+
+def _latency(f: dict[str, float], prefix: str, hists: list[Mapping[str, Any]]) -> None:
+    """The pooled histograms' figures under `prefix` (none when there is no histogram: a run
+    from before ours' loop was probed)."""
+    if hists:
+        found = pooled(hists)
+        for k in LATENCY_FIGURES:
+            f[f"{prefix}{k}"] = found[k]
 
 
 def growth_exponent(points: Sequence[Mapping[str, Any]]) -> float:

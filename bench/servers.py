@@ -206,32 +206,22 @@ async def _fan_out(kubeconfig: Path, path: str, floor: _Floor) -> None:
 
     from bench.e2e_api import Api
     from webhook.shell.cluster import pacing
+    from webhook.shell.cluster.reconciler import MERGE_PATCH, merge_patch_of_annotation
+    from webhook.shell.cluster.workqueue import TokenBucket
 
     floor.read()
     api = Api(kubeconfig)
-    rate, burst = pacing.DEFAULT_CEILING, float(pacing.DEFAULT_BURST)
+    bucket = TokenBucket(pacing.DEFAULT_CEILING, pacing.DEFAULT_BURST)
     names = sorted(floor.names)
-    body = json.dumps({"metadata": {"annotations": {floor.key: floor.value}}}).encode()
-    headers = {"Content-Type": "application/merge-patch+json"}
-    loop = asyncio.get_running_loop()
-    bucket = {"tokens": burst, "at": loop.time()}
-
-    async def token() -> None:
-        while True:
-            now = loop.time()
-            bucket["tokens"] = min(burst, bucket["tokens"] + (now - bucket["at"]) * rate)
-            bucket["at"] = now
-            if bucket["tokens"] >= 1:
-                bucket["tokens"] -= 1
-                return
-            await asyncio.sleep((1 - bucket["tokens"]) / rate)
+    body = json.dumps(merge_patch_of_annotation(floor.key, floor.value, None)).encode()
+    headers = {"Content-Type": MERGE_PATCH}
 
     async with aiohttp.ClientSession(f"https://{api.host}:{api.port}") as session:
 
         async def worker() -> None:
             while names:
                 name = names.pop()
-                await token()
+                await bucket.acquire()
                 url = f"{path}/{name}"
                 async with session.patch(url, data=body, headers=headers, ssl=api.context) as r:
                     await r.read()

@@ -31,7 +31,7 @@ from tests.fixtures.engine import route, service
 from webhook.core.annotation import hubs, summary
 from webhook.core.annotation.cache import SummaryCache
 from webhook.core.engine import effective, hierarchy, memo
-from webhook.core.model.refs import GATEWAY_GROUP
+from webhook.core.model.refs import GATEWAY_GROUP, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 
@@ -81,6 +81,24 @@ def rule_renamed(store: Store, name: str) -> dict[str, Any]:
 
 def nothing(store: Store) -> None:
     return None
+
+
+def counting_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[object]:
+    """The arguments of every call of `owner.name` from now on (the test's monkeypatch)."""
+    calls: list[object] = []
+    real = getattr(owner, name)
+
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def counting_pieces(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every route piece made from now on (`effective.part_of`)."""
+    return counting_calls(monkeypatch, effective, "part_of")
 
 
 ROUTE_EVENTS: list[tuple[str, Callable[[Store], object]]] = [
@@ -178,6 +196,23 @@ FOO_POLICY = policy(
 )  # fmt: skip
 
 
+def started_in_pieces(
+    patch: pytest.MonkeyPatch, start: list[Op], cap: int
+) -> tuple[Store, SummaryCache, list[ObjectKey], Settings]:
+    """Every Service in pieces however few its routes, made again at every route event (not
+    only the first), `start` applied, and every value checked once against a fresh store."""
+    patch.setattr(hierarchy, "PARTS_MIN_ROUTES", 1)
+    patch.setattr(memo.StoreMemo, "hub_wanted", lambda self, key: True)  # not only once
+    settings_ = Settings(annotation_max_bytes=cap)
+    store = base_store()
+    for op in start:
+        apply(store, op)
+    cache = SummaryCache(store, settings_)
+    keys = annotated(store)
+    assert_fresh(cache, store, keys, settings_)
+    return store, cache, keys, settings_
+
+
 @example(start=[], ops=[("upsert", FOO_POLICY), ("color-class", "none")], cap=16_384)
 @example(start=[("upsert", FOO_POLICY)], ops=[("color-class", "Direct")], cap=150)
 @settings(
@@ -196,15 +231,7 @@ def test_values_in_pieces_always_equal_a_fresh_whole_computation(
     """SPEC §5.8 for the pieces as well: with every Service in pieces however few its routes,
     the cache's values equal the whole computation on a fresh store, after every change."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hierarchy, "PARTS_MIN_ROUTES", 1)
-        patch.setattr(memo.StoreMemo, "hub_wanted", lambda self, key: True)  # not only once
-        settings_ = Settings(annotation_max_bytes=cap)  # a route moved: pieces wherever they can
-        store = base_store()
-        for op in start:
-            apply(store, op)
-        cache = SummaryCache(store, settings_)
-        keys = annotated(store)
-        assert_fresh(cache, store, keys, settings_)
+        store, cache, keys, settings_ = started_in_pieces(patch, start, cap)
         for op in ops:
             apply(store, op)
             keys = sorted({*keys, *annotated(store)})
@@ -236,14 +263,7 @@ def test_an_edit_of_a_policys_values_keeps_every_piece(monkeypatch: pytest.Monke
     cache.get(FOO)
     ROUTE_EVENTS[0][1](store)  # a route event: the Service is kept in pieces from now on
     cache.get(FOO)
-    made: list[object] = []
-    real = effective.part_of
-
-    def counted(*args: Any) -> effective.Part:
-        made.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(effective, "part_of", counted)
+    made = counting_pieces(monkeypatch)
     gw = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": "gw"}
     store.upsert(policy("RetryPolicy", "infra", "gw", gw, default={"maxRetries": 7}))
     assert cache.get(FOO) == summary.summarize(FOO, rebuilt(store), Settings())
@@ -309,18 +329,6 @@ def test_a_busy_service_in_pieces_keeps_to_16_kib_and_its_bytes_to_no_order() ->
 # --- the work ahead of a value, in steps (`hubs.advance`, `SummaryCache.prepare`) ---------------
 
 
-def counting_pieces(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    made: list[object] = []
-    real = effective.part_of
-
-    def counted(*args: Any) -> effective.Part:
-        made.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(effective, "part_of", counted)
-    return made
-
-
 def test_after_a_burst_of_route_writes_the_work_comes_in_bounded_steps_and_get_does_the_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -363,14 +371,7 @@ def test_steps_ahead_start_over_where_the_memo_did() -> None:
         cache.get(FOO)
         store.upsert(gateway_doc(["http"], 2))  # its https listener gone
         ROUTE_EVENTS[1][1](store)
-        contexts_made: list[object] = []
-        real = hierarchy._service_part
-
-        def counted(*args: Any) -> Any:
-            contexts_made.append(args)
-            return real(*args)
-
-        patch.setattr(hierarchy, "_service_part", counted)
+        contexts_made = counting_calls(patch, hierarchy, "_service_part")
         steps = []
         while True:
             before = len(contexts_made)
@@ -405,16 +406,8 @@ def test_steps_ahead_between_any_writes_leave_every_value_as_a_fresh_computation
     a step) on every Service — left unfinished when the next change comes, or not — and, now
     and then, every value read: each equals the whole computation on a fresh store."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hierarchy, "PARTS_MIN_ROUTES", 1)
-        patch.setattr(memo.StoreMemo, "hub_wanted", lambda self, key: True)
         patch.setattr(hubs, "ADVANCE_ROUTES", 1)
-        settings_ = Settings(annotation_max_bytes=cap)
-        store = base_store()
-        for op in start:
-            apply(store, op)
-        cache = SummaryCache(store, settings_)
-        keys = annotated(store)
-        assert_fresh(cache, store, keys, settings_)
+        store, cache, keys, settings_ = started_in_pieces(patch, start, cap)
         for op, steps, look in ops:
             apply(store, op)
             keys = sorted({*keys, *annotated(store)})

@@ -24,7 +24,9 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from webhook.core.annotation import hubs, summary
 from webhook.core.annotation.cache import SummaryCache
+from webhook.core.engine import hierarchy
 from webhook.core.model.refs import GATEWAY_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
@@ -878,9 +880,6 @@ def named_route(name: str) -> dict[str, Any]:
 
 def busy_service_store(monkeypatch: pytest.MonkeyPatch) -> Store:
     """Service foo behind forty routes, kept in pieces made four routes a step."""
-    from webhook.core.annotation import hubs
-    from webhook.core.engine import hierarchy
-
     monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
     monkeypatch.setattr(hubs, "ADVANCE_ROUTES", 4)
     store = colored_store()
@@ -902,8 +901,6 @@ def test_a_busy_services_value_is_computed_in_steps_with_the_loop_served_between
     """Forty routes written to a Service behind forty: the leader makes their pieces a few at a
     time (`SummaryCache.prepare`), taking a turn of the loop before each step — a review that
     arrived meanwhile is answered between two steps — and patches the whole value."""
-    from webhook.core.annotation import summary
-
     fake = FakeApiServer()
     store = busy_service_store(monkeypatch)
 

@@ -19,7 +19,6 @@ routes move again, the whole value is as cheap and the pieces would only cost mo
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -175,7 +174,7 @@ class Hub:
         if not self._pending:
             return False
         made: list[RoutePiece] = []
-        batch = _some(self._pending, limit)
+        batch = memo.pending_batch(self._pending, limit)
         for route in batch:
             gone = self._pieces.pop(route, None)
             if gone is not None:
@@ -254,13 +253,6 @@ class Hub:
                     kept.remove(path)
                 if not kept.ordered:
                     del totals.signatures[signature]
-
-
-def _some(routes: set[ObjectKey], limit: int | None) -> list[ObjectKey]:
-    """All of `routes` in order, or any `limit` of them: the order of making pieces does not
-    change the value (every total is kept sorted), and sorting thousands of routes again for
-    each step of `advance` would cost more than the step."""
-    return sorted(routes) if limit is None else list(itertools.islice(routes, limit))
 
 
 # --- the value, as `summary` writes it -----------------------------------------------------------

@@ -27,7 +27,6 @@ Decisions where SPEC §4 is silent (docs/decisions.md):
 from __future__ import annotations
 
 import bisect
-import itertools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -49,6 +48,7 @@ from webhook.core.engine.memo import (
     StructureMemo,
     hierarchy_view,
     index_of,
+    pending_batch,
     shared_structure,
     structure_of,
 )
@@ -374,9 +374,7 @@ def _service_parts(
         return parts
     ordered = list(parts.ordered)
     pending = parts.pending or set()
-    # In order when whole; any `limit` of them in a step (where each part goes does not
-    # depend on when it is made, and sorting all again each step would cost more than it).
-    batch = sorted(pending) if limit is None else list(itertools.islice(pending, limit))
+    batch = pending_batch(pending, limit)
     for route in batch:
         for context in parts.by_route.pop(route, ()):
             at = bisect.bisect_left(ordered, _context_order(context), key=_context_order)

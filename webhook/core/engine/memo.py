@@ -31,6 +31,7 @@ synchronous, like the store: one thread.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -124,6 +125,14 @@ class Layered(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._own)
+
+
+def pending_batch(pending: set[ObjectKey], limit: int | None) -> list[ObjectKey]:
+    """The routes to make again now, of those a Service's parts (`ServiceParts.pending`) or
+    pieces (`annotation.hubs`) are waiting for: all of them in order, or any `limit` of them in
+    one step — where each part or piece goes does not depend on when it is made (both are kept
+    sorted), and sorting thousands again for each small step would cost more than the step."""
+    return sorted(pending) if limit is None else list(itertools.islice(pending, limit))
 
 
 @dataclass(slots=True)

@@ -25,15 +25,10 @@ from collections.abc import Callable
 DEFAULT_INTERVAL = 0.02  # seconds between probes: 50 samples a second, ~0.1 % of a core
 
 
-async def probe(
-    observe: Callable[[float], None],
-    *,
-    interval: float = DEFAULT_INTERVAL,
-    clock: Callable[[], float] = time.monotonic,
-) -> None:
+async def probe(observe: Callable[[float], None], *, interval: float = DEFAULT_INTERVAL) -> None:
     """Forever: sleep `interval`, then `observe` how many seconds late the loop woke us."""
     while True:
-        due = clock() + interval
+        due = time.monotonic() + interval  # the clock of asyncio's timers
         await asyncio.sleep(interval)
         # asyncio runs a timer up to its clock resolution early; that is not a wait.
-        observe(max(0.0, clock() - due))
+        observe(max(0.0, time.monotonic() - due))
