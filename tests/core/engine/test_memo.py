@@ -145,7 +145,7 @@ def test_reach_below_a_target_is_kept_until_the_hierarchy_changes() -> None:
     store, structure, _ = warm()
     gw = gateway("apps", "gw")
     assert hierarchy.affected_by(gw, None, store) == {gw, R1}
-    assert structure.reach[(gw, None, True)] == {gw, R1}
+    assert structure.reach[(gw, None, True)] == (gw, R1)  # kept in ladder order
     store.upsert(recolored(store, "blue"))  # a policy write: the reach stands
     assert memo.shared_structure(store) is structure
     moved = copy.deepcopy(dict(store.get(R1) or {}))

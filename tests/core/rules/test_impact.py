@@ -262,3 +262,57 @@ def test_a_route_sent_to_validate_by_a_wide_rule_is_not_judged_as_a_policy() -> 
     request: Request = {**review("UPDATE", route), "object": route}
     verdict = admission.validate(request, view=store, settings=Settings())
     assert verdict.allowed and not verdict.judged
+
+
+# --- how many objects a preview covers --------------------------------------------------------
+
+R2 = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r2, namespace: apps}
+spec:
+  parentRefs: [{name: gw, namespace: infra, sectionName: http}]
+  rules:
+  - backendRefs: [{name: foo, port: 80}]
+"""
+ROUTE2 = "{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r2}"
+
+
+def test_a_preview_over_its_bound_shows_the_least_specific_and_counts_all() -> None:
+    store = store_of(CRDS, CLUSTER)
+    verdict = admit(
+        store,
+        retry("gw-retry", "infra", GW, "override: {maxRetries: 3}"),
+        settings=Settings(max_impact_objects=2),
+    )
+    changes, covers = lines(verdict, "PA-C04")
+    assert changes.startswith("[PA-C04] changes maxRetries on 1 Gateway, 1 HTTPRoute (")
+    assert covers == "[PA-C04] preview covers 2 of 4 affected objects"  # gw, r, foo, bar
+
+
+def test_a_preview_counts_once_what_two_targets_share() -> None:
+    """r reaches foo and bar, r2 reaches foo: three objects below them, four with r2."""
+    store = store_of(CRDS, CLUSTER, R2)
+    targets = f"{ROUTE}, {ROUTE2}"
+    verdict = admit(
+        store,
+        retry("two", "apps", targets, "default: {maxRetries: 3}"),
+        settings=Settings(max_impact_objects=1),
+    )
+    changes, covers = lines(verdict, "PA-C04")
+    assert changes.endswith("on 1 HTTPRoute (apps/r unset→3)")  # r before r2 and the Services
+    assert covers == "[PA-C04] preview covers 1 of 4 affected objects"
+
+
+def test_a_policy_moved_to_another_target_previews_both_reaches() -> None:
+    before = retry("mv", "apps", ROUTE2, "default: {maxRetries: 3}")
+    store = store_of(CRDS, CLUSTER, R2, before)
+    verdict = admit(
+        store,
+        retry("mv", "apps", ROUTE, "default: {maxRetries: 3}"),
+        old=docs(before)[0],
+        settings=Settings(max_impact_objects=1),
+    )
+    changes, covers = lines(verdict, "PA-C04")
+    assert changes.endswith("on 1 HTTPRoute (apps/r unset→3)")
+    assert covers == "[PA-C04] preview covers 1 of 4 affected objects"  # r, foo, bar; r2

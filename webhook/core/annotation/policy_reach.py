@@ -97,7 +97,7 @@ def reach(policy: Policy, view: ClusterView) -> PolicyReach:
     displays = frozenset(target.display(section) for target, section in points)
     objects: list[Reached] = []
     policy_class: PolicyClass = profile.policy_class or policy.policy_class
-    for key in sorted(candidates, key=ladder_order):
+    for key in kinds.in_ladder_order(candidates):
         for result in effective.compute(key, view, only=gk):
             policy_class = result.policy_class
             if policy.ref in result.policies:
@@ -109,11 +109,6 @@ def reach(policy: Policy, view: ClusterView) -> PolicyReach:
         for target, section in points
     )
     return PolicyReach(policy, policy_class, profile.merge, attached, tuple(objects))
-
-
-def ladder_order(key: ObjectKey) -> tuple[int, ObjectKey]:
-    """Least specific first, as the hierarchy reads: classes, Gateways, routes, Services."""
-    return (kinds.ladder_rank(key.group_kind), key)
 
 
 def _outcomes(

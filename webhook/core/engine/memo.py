@@ -158,13 +158,13 @@ class StructureMemo:
     parents: ParentMemo = field(default_factory=dict)
     paths: dict[Context, tuple[str, ...]] = field(default_factory=dict)  # context → printed
     backends: dict[ObjectKey, list[BackendRef]] = field(default_factory=dict)  # route → refs
-    reach: dict[tuple[ObjectKey, str | None, bool], frozenset[ObjectKey]] = field(
+    reach: dict[tuple[ObjectKey, str | None, bool], tuple[ObjectKey, ...]] = field(
         default_factory=dict
-    )  # (rung, inherited) → the objects below it (`hierarchy.affected_by`)
+    )  # (rung, inherited) → the objects below it, in ladder order (`hierarchy.reach_in_order`)
     reached: int = 0  # keys held in `reach`, all entries together
 
     def remember_reach(
-        self, memo_key: tuple[ObjectKey, str | None, bool], found: frozenset[ObjectKey]
+        self, memo_key: tuple[ObjectKey, str | None, bool], found: tuple[ObjectKey, ...]
     ) -> None:
         self.reach[memo_key] = found
         self.reached += len(found)
