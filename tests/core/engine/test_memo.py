@@ -104,11 +104,12 @@ def test_an_overlay_of_a_policy_shares_the_stores_contexts_not_its_engine_memo()
 
 def test_an_overlay_of_a_hierarchy_object_computes_contexts_afresh_but_shares_engine_work() -> None:
     """A route as submitted to /mutate: new contexts, the same policies everywhere."""
-    store, _, engine = warm()
+    store, structure, engine = warm()
     moved = copy.deepcopy(dict(store.get(R1) or {}))
     moved["spec"]["parentRefs"] = []
     overlay = OverlayView(store, upserts=[moved])
-    assert memo.shared_structure(overlay) is None
+    layered = memo.shared_structure(overlay)  # the store's but for the route (and below it)
+    assert layered is not None and layered is not structure
     assert memo.engine_of(overlay) is engine
     assert hierarchy.contexts_of(R1, overlay) == []
     assert hierarchy.contexts_of(R1, store) != []  # the store's memo is untouched

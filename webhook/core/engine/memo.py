@@ -127,6 +127,12 @@ class Layered(Generic[K, V]):
         return len(self._own)
 
 
+def _forget(table: Table[K, V], key: K) -> None:
+    """Drop `key` from a store's table; an overlay's (`Layered`) is made afresh instead."""
+    assert isinstance(table, dict), "only a store's memo is told of writes"
+    table.pop(key, None)
+
+
 def pending_batch(pending: set[ObjectKey], limit: int | None) -> list[ObjectKey]:
     """The routes to make again now, of those a Service's parts (`ServiceParts.pending`) or
     pieces (`annotation.hubs`) are waiting for: all of them in order, or any `limit` of them in
@@ -153,11 +159,11 @@ class StructureMemo:
     """Contexts and what they are made of (see `hierarchy`): structure only."""
 
     limit: int
-    contexts: dict[ObjectKey, tuple[Context, ...]] = field(default_factory=dict)
+    contexts: Table[ObjectKey, tuple[Context, ...]] = field(default_factory=dict)
     services: dict[ObjectKey, ServiceParts] = field(default_factory=dict)  # busy Services'
     parents: ParentMemo = field(default_factory=dict)
     paths: dict[Context, tuple[str, ...]] = field(default_factory=dict)  # context → printed
-    backends: dict[ObjectKey, list[BackendRef]] = field(default_factory=dict)  # route → refs
+    backends: Table[ObjectKey, list[BackendRef]] = field(default_factory=dict)  # route → refs
     reach: dict[tuple[ObjectKey, str | None, bool], tuple[ObjectKey, ...]] = field(
         default_factory=dict
     )  # (rung, inherited) → the objects below it, in ladder order (`hierarchy.reach_in_order`)
@@ -173,10 +179,10 @@ class StructureMemo:
         """What passes through a written route: its contexts and backendRefs, its part of its
         Services' contexts (`services`: its backends before and after), and every reach (a
         route's move changes what lies below each rung above it)."""
-        self.contexts.pop(route, None)
-        self.backends.pop(route, None)
+        _forget(self.contexts, route)
+        _forget(self.backends, route)
         for service in services:
-            self.contexts.pop(service, None)  # a Service behind few routes, made whole
+            _forget(self.contexts, service)  # a Service behind few routes, made whole
             parts = self.services.get(service)
             if parts is not None:
                 if parts.pending is None:
@@ -343,11 +349,14 @@ class StoreMemo:
 class OverlayMemo:
     """An overlay's memos: its base's where the overlaid objects cannot change them.
 
-    Contexts are the base's when the overlay replaces no structural object; engine work is the
-    base's when it replaces no policy, CRD or ReferenceGrant and relabels nothing a selector
-    looks at (a route submitted to /mutate); for an overlay of policies (a policy under
-    review), its own entries for what they touch, over the base's — and each object's ladder
-    is made from the base's (`ladder.reached`), asking only the keys where policies moved.
+    Contexts are the base's when the overlay replaces no structural object; when it replaces
+    only routes and updates of Services, the base's but for what those change (`_layered_
+    structure`: a route submitted to /mutate, a store write's view of just before it). Engine
+    work is the base's when it replaces no policy, CRD or ReferenceGrant and relabels nothing
+    a selector looks at (a route submitted to /mutate); for an overlay of policies (a policy
+    under review), its own entries for what they touch, over the base's — and each object's
+    ladder is made from the base's (`ladder.reached`), asking only the keys where policies
+    moved.
     """
 
     def __init__(self, overlay: OverlayView) -> None:
@@ -355,6 +364,8 @@ class OverlayMemo:
         self._index: HierarchyIndex | None = None
         self._engine: EngineMemo | None = None
         self._engine_revision = -1
+        self._structure: StructureMemo | None = None
+        self._structure_revision = -1
         self._moved: frozenset[ObjectKey] | None = None
 
     def index(self) -> HierarchyIndex:
@@ -364,9 +375,16 @@ class OverlayMemo:
 
     def structure(self) -> StructureMemo | None:
         overlay = self._overlay
-        if _replaces_structure(overlay):
+        if not _replaces_structure(overlay):
+            return _structure(overlay.base)
+        root = _root_store(overlay)
+        if root is None:
             return None
-        return _structure(overlay.base)
+        if self._structure is None or self._structure_revision != root.revision:
+            base = _structure(overlay.base)
+            self._structure = _layered_structure(overlay, base) if base is not None else None
+            self._structure_revision = root.revision
+        return self._structure
 
     def moved_attachments(self) -> frozenset[ObjectKey] | None:
         """The keys whose attached policies may differ from the base's (`_moved_targets`),
@@ -533,6 +551,64 @@ def _layered_engine(overlay: OverlayView) -> EngineMemo:
         boards=_layer(base.boards, lambda memo_key: all(r.key not in dirty for r in memo_key[2])),
         dumps=_layer(base.dumps, lambda _: True),  # ids of the base's own, held objects
     )
+
+
+def _layered_structure(overlay: OverlayView, base: StructureMemo) -> StructureMemo | None:
+    """A structure memo for an overlay that replaces routes and updates Services: the base's,
+    but for the contexts of what it replaces and of the Services below a replaced route (as a
+    store drops them when a route is written, `StructureMemo.forget_route`) and the backendRefs
+    of its routes. None for an overlay that replaces anything else.
+
+    What a route's parentRef gives it is read from Gateways, ListenerSets, Namespaces and the
+    existence of a mesh Service — none of them replaced here — and a printed path from the
+    context alone: both tables are the base's own, and what the overlay adds to them holds
+    there too. So /mutate of a route makes its contexts from the parents the base knows, and
+    of a Service behind many routes, reads each route's contexts from the base.
+    """
+    for key in overlay.overlaid:
+        gk = key.group_kind
+        if gk in kinds.ROUTE_KINDS:
+            continue
+        if gk != kinds.SERVICE or overlay.get(key) is None or overlay.base.get(key) is None:
+            return None  # a mesh route's contexts read that its Service exists: not shared
+    replaced = _Replaced(overlay)
+    return StructureMemo(
+        base.limit,
+        contexts=_layer(base.contexts, replaced.keeps_contexts),
+        parents=base.parents,
+        paths=base.paths,
+        backends=_layer(base.backends, lambda key: key not in overlay.overlaid),
+    )
+
+
+class _Replaced:
+    """Whose contexts an overlay of routes and Service updates changes: what it replaces, and
+    the Services below a replaced route, before or after — found when a Service is first asked
+    about (a route's own summary asks about none)."""
+
+    __slots__ = ("_below", "_overlay")
+
+    def __init__(self, overlay: OverlayView) -> None:
+        self._overlay = overlay
+        self._below: frozenset[ObjectKey] | None = None
+
+    def keeps_contexts(self, key: ObjectKey) -> bool:
+        """Whether `key`'s contexts are the same as in the overlay's base."""
+        overlay = self._overlay
+        if key in overlay.overlaid:
+            return False
+        if key.kind != "Service" or key.group:
+            return True
+        if self._below is None:
+            self._below = frozenset(
+                ref.key
+                for route in overlay.overlaid
+                if route.group_kind in kinds.ROUTE_KINDS
+                for obj in (overlay.get(route), overlay.base.get(route))
+                if obj is not None
+                for ref in backend_refs(route, obj)
+            )
+        return key not in self._below
 
 
 def _moved_targets(overlay: OverlayView) -> set[ObjectKey]:
