@@ -90,6 +90,7 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
     "with or without the floor": _with_and_without_floor,
     "as committed": _both(),
     "a run at half the default size": _set("scale", scale=0.5),
+    "cold summaries over their target on a slower machine": _set("scale", cold_summaries_s=6.0),
     "no summary cache": _set("scale", uses_cache=0),
     "wrk well ahead of the Python client": _set("http", http_wrk_gain_over_python_client=2.0),
     "uncommitted changes measured": _code(
