@@ -27,6 +27,7 @@ from tests.fixtures.paths import EXAMPLES
 from webhook.core.admission import mutation, reviews
 from webhook.core.admission import validation as admission
 from webhook.core.model.settings import Settings
+from webhook.core.rules import impact
 from webhook.core.rules.findings import MAX_LINE, MAX_WARNINGS
 from webhook.core.state.store import Store
 from webhook.shell.cli import manifests
@@ -531,3 +532,26 @@ def test_objects_the_rules_cannot_read_are_answered(
     make: Callable[[dict[str, Any]], dict[str, Any]],
 ) -> None:
     assert answer(body_of(make(GOOD))) is not None
+
+
+@pytest.mark.parametrize("action", ["warn", "audit", "off"])
+@pytest.mark.parametrize(
+    "spec",
+    ["a string", {"default": {f"f{i}": i for i in range(6_000)}}],
+    ids=["not-an-object", "too-large"],
+)
+def test_an_unreadable_spec_whose_rule_is_softened_is_allowed_and_read_no_further(
+    action: str, spec: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PA-S00 set to warn, audit or off lets the policy in, but the conflict and impact
+    rules, which read the spec, are still not run on it."""
+
+    def never(*args: object, **kwargs: object) -> list[Any]:
+        raise AssertionError("the conflict rules read an unreadable spec")
+
+    monkeypatch.setattr(impact, "policy_findings", never)
+    request = _set(GOOD, ("request", "object", "spec"), spec)["request"]
+    settings = Settings(rule_actions={"PA-S00": action})  # type: ignore[dict-item]
+    verdict = admission.validate(request, view=STORE, settings=settings)
+    assert verdict.allowed
+    assert {j.finding.rule_id for j in verdict.judged} == {"PA-S00"}

@@ -85,8 +85,10 @@ def _judged_object_findings(
 
 
 def _conflicts_apply(obj: Mapping[str, Any], judged: list[Judged]) -> bool:
-    """A denied policy changes nothing (SPEC §2.3), and an unreadable one cannot be read."""
-    return spec_readable(obj) and not any(j.action == "deny" for j in judged)
+    """A denied policy changes nothing (SPEC §2.3), and an unreadable one cannot be read: it
+    has its PA-S00 finding, whatever its configured action, and no other (`_object_findings`;
+    sizing a spec up again would cost as much as the rules that read it)."""
+    return not any(j.action == "deny" or j.finding.rule_id == "PA-S00" for j in judged)
 
 
 def check_delete(old: object, gk: GroupKind, *, view: ClusterView, settings: Settings) -> Verdict:
@@ -125,12 +127,6 @@ def _object_findings(
         view=view,
     )
     return findings
-
-
-def spec_readable(obj: Mapping[str, Any]) -> bool:
-    """Whether the rules could read the policy's `spec` at all (else PA-S00 said why)."""
-    spec = spec_of(obj)
-    return spec is not None and _too_big(spec) is None
 
 
 def _too_big(spec: Mapping[str, Any]) -> tuple[str, str] | None:
