@@ -101,6 +101,17 @@ def counting_pieces(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     return counting_calls(monkeypatch, effective, "part_of")
 
 
+def steps_ahead(cache: SummaryCache, key: ObjectKey, calls: list[object]) -> list[int]:
+    """`cache.prepare(key)` until it says it is done: how many of `calls` each step made."""
+    steps = []
+    while True:
+        before = len(calls)
+        more = cache.prepare(key)
+        steps.append(len(calls) - before)
+        if not more:
+            return steps
+
+
 ROUTE_EVENTS: list[tuple[str, Callable[[Store], object]]] = [
     ("a route created", lambda s: s.upsert(route_doc("apps", "new", 0, 0))),
     ("a route sent to the named port", lambda s: s.upsert(route_doc("apps", "h04", 0, 2))),
@@ -344,13 +355,7 @@ def test_after_a_burst_of_route_writes_the_work_comes_in_bounded_steps_and_get_d
     for i in range(20):
         store.upsert(route_doc("apps", f"burst{i:02d}", (0, 5, 1)[i % 3], (0, 2)[i % 2]))
     made = counting_pieces(monkeypatch)
-    steps = []
-    while True:
-        before = len(made)
-        more = cache.prepare(FOO)
-        steps.append(len(made) - before)
-        if not more:
-            break
+    steps = steps_ahead(cache, FOO, made)
     assert len(steps) >= 5 and max(steps) <= 4, steps
     assert sum(steps) >= 20, "every route written has its piece made ahead"
     made.clear()
@@ -359,30 +364,23 @@ def test_after_a_burst_of_route_writes_the_work_comes_in_bounded_steps_and_get_d
     assert not cache.prepare(FOO), "a value in the cache needs nothing ahead"
 
 
-def test_steps_ahead_start_over_where_the_memo_did() -> None:
+def test_steps_ahead_start_over_where_the_memo_did(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Gateway's write drops every kept part: the steps make the Service's again, route by
     route, and the value is the whole computation's."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
-        patch.setattr(hubs, "ADVANCE_ROUTES", 4)
-        store = busy_store()
-        cache = SummaryCache(store, Settings())
-        ROUTE_EVENTS[0][1](store)
-        cache.get(FOO)
-        store.upsert(gateway_doc(["http"], 2))  # its https listener gone
-        ROUTE_EVENTS[1][1](store)
-        contexts_made = counting_calls(patch, hierarchy, "_service_part")
-        steps = []
-        while True:
-            before = len(contexts_made)
-            more = cache.prepare(FOO)
-            steps.append(len(contexts_made) - before)
-            if not more:
-                break
-        assert max(steps) <= 4, steps
-        routes_to_foo = memo.index_of(store).routes_of_backend(FOO)
-        assert sum(steps) == len(routes_to_foo) > 30, "every route's contexts, once each"
-        assert cache.get(FOO) == summary.summarize(FOO, rebuilt(store), Settings())
+    monkeypatch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10)
+    monkeypatch.setattr(hubs, "ADVANCE_ROUTES", 4)
+    store = busy_store()
+    cache = SummaryCache(store, Settings())
+    ROUTE_EVENTS[0][1](store)
+    cache.get(FOO)
+    store.upsert(gateway_doc(["http"], 2))  # its https listener gone
+    ROUTE_EVENTS[1][1](store)
+    contexts_made = counting_calls(monkeypatch, hierarchy, "_service_part")
+    steps = steps_ahead(cache, FOO, contexts_made)
+    assert max(steps) <= 4, steps
+    routes_to_foo = memo.index_of(store).routes_of_backend(FOO)
+    assert sum(steps) == len(routes_to_foo) > 30, "every route's contexts, once each"
+    assert cache.get(FOO) == summary.summarize(FOO, rebuilt(store), Settings())
 
 
 @settings(

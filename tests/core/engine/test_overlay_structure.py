@@ -157,6 +157,7 @@ def test_such_an_overlay_shares_what_it_does_not_change() -> None:
     assert layered is not None and layered is not base
     assert layered.parents is base.parents and layered.paths is base.paths
     assert layered.contexts.get(r2) is base.contexts.get(r2) is not None  # r2: untouched
+    assert base.contexts.get(r1) is not None and base.contexts.get(foo) is not None
     assert layered.contexts.get(r1) is None  # r1: replaced
     assert layered.contexts.get(foo) is None  # foo: r1's backend before the change
 

@@ -290,6 +290,18 @@ def test_a_preview_over_its_bound_shows_the_least_specific_and_counts_all() -> N
     assert covers == "[PA-C04] preview covers 2 of 4 affected objects"  # gw, r, foo, bar
 
 
+def test_deleting_a_policy_over_the_bound_counts_every_object_it_leaves() -> None:
+    """SPEC §2.3: PA-C04 on DELETE too, bounded as on a write."""
+    text = retry("gw-retry", "infra", GW, "override: {maxRetries: 3}")
+    store = store_of(CRDS, CLUSTER, text)
+    verdict = admission.validate(
+        review("DELETE", docs(text)[0]), view=store, settings=Settings(max_impact_objects=2)
+    )
+    changes, covers = lines(verdict, "PA-C04")
+    assert changes.startswith("[PA-C04] changes maxRetries on 1 Gateway, 1 HTTPRoute (")
+    assert covers == "[PA-C04] preview covers 2 of 4 affected objects"
+
+
 def test_a_preview_counts_once_what_two_targets_share() -> None:
     """r reaches foo and bar, r2 reaches foo: three objects below them, four with r2."""
     store = store_of(CRDS, CLUSTER, R2)

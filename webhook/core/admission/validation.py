@@ -55,7 +55,7 @@ def check_policy(
     read the object alone, then — when none of them denies — the conflicts and the impact
     preview, which need the engine (a denied policy changes nothing, SPEC §2.3)."""
     judge, judged = _judged_object_findings(obj, gk, view=view, settings=settings)
-    if _conflicts_apply(obj, judged):
+    if _conflicts_apply(judged):
         found = impact.policy_findings(obj, gk, view=view, settings=settings, old=old)
         judged += map(judge, found)
     return Verdict(tuple(judged))
@@ -69,7 +69,7 @@ def check_stored(
     describes a change, and none is made. With the objects whose effective policy the
     conflict findings read (none when they did not run)."""
     judge, judged = _judged_object_findings(obj, gk, view=view, settings=settings)
-    policy = read_policy(obj, view.profile(gk)) if _conflicts_apply(obj, judged) else None
+    policy = read_policy(obj, view.profile(gk)) if _conflicts_apply(judged) else None
     if policy is None:
         return Verdict(tuple(judged)), frozenset()
     found, read = impact.stored_policy_findings(policy, view=view, settings=settings)
@@ -84,7 +84,7 @@ def _judged_object_findings(
     return judge, [judge(f) for f in _object_findings(obj, gk, profile=profile, view=view)]
 
 
-def _conflicts_apply(obj: Mapping[str, Any], judged: list[Judged]) -> bool:
+def _conflicts_apply(judged: list[Judged]) -> bool:
     """A denied policy changes nothing (SPEC §2.3), and an unreadable one cannot be read: it
     has its PA-S00 finding, whatever its configured action, and no other (`_object_findings`;
     sizing a spec up again would cost as much as the rules that read it)."""

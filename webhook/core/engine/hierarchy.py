@@ -455,21 +455,36 @@ def affected_by(
     right for hierarchy changes: a Namespace's labels or ReferenceGrants → `Namespace/<ns>`;
     a changed route or Gateway → the union over the views before and after the change.
     """
-    return set(reach_in_order(target, section, view, inherited=inherited))
+    view = hierarchy_view(view)  # what lies below a rung is structure only
+    structure = shared_structure(view)
+    if structure is None:  # no memo to keep it (an overlaid Gateway): walked once, unordered
+        return _affected_by(target, section, view, inherited, structure_of(view))
+    return set(_kept_reach(target, section, view, inherited, structure))
 
 
 def reach_in_order(
     target: ObjectKey, section: str | None, view: ClusterView, *, inherited: bool = True
 ) -> tuple[ObjectKey, ...]:
-    """`affected_by`, in `kinds.ladder_order`: an impact preview shows the first 25 objects
-    of a reach of thousands and counts the rest, without sorting them on every review."""
-    view = hierarchy_view(view)  # what lies below a rung is structure only
+    """`affected_by`, in `kinds.in_ladder_order`: an impact preview shows the first 25
+    objects of a reach of thousands and counts the rest, without sorting them per review."""
+    view = hierarchy_view(view)
     structure = shared_structure(view)
     if structure is None:
         found = _affected_by(target, section, view, inherited, structure_of(view))
         return tuple(kinds.in_ladder_order(found))
-    # Who lies below a rung is structure only: kept until a hierarchy object changes, so a
-    # wide policy's impact preview and fan-out walk the tree once, not on every review.
+    return _kept_reach(target, section, view, inherited, structure)
+
+
+def _kept_reach(
+    target: ObjectKey,
+    section: str | None,
+    view: ClusterView,
+    inherited: bool,
+    structure: StructureMemo,
+) -> tuple[ObjectKey, ...]:
+    """Who lies below a rung is structure only: kept until a hierarchy object changes, so a
+    wide policy's impact preview and fan-out walk the tree once, not on every review; kept in
+    ladder order, sorted once when walked."""
     ordered = structure.reach.get((target, section, inherited))
     if ordered is None:
         found = _affected_by(target, section, view, inherited, structure)

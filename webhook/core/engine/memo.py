@@ -380,7 +380,7 @@ class OverlayMemo:
         root = _root_store(overlay)
         if root is None:
             return None
-        if self._structure is None or self._structure_revision != root.revision:
+        if self._structure_revision != root.revision:  # None, where none is shared, kept too
             base = _structure(overlay.base)
             self._structure = _layered_structure(overlay, base) if base is not None else None
             self._structure_revision = root.revision

@@ -119,15 +119,12 @@ NEVER_POLICIES = frozenset({*DEFAULT_TARGETS, REFERENCE_GRANT, CRD, *KNOWN_KINDS
 _RANKS: Mapping[tuple[str, str], int] = {gk: i for i, rung in enumerate(LADDER) for gk in rung}
 
 
-def ladder_order(key: ObjectKey) -> tuple[int, ObjectKey]:
-    """Least specific first, as the hierarchy reads: classes, Gateways, routes, Services —
-    so that the first objects of a policy's reach are the telling ones."""
-    return (_RANKS.get((key.group, key.kind), len(LADDER)), key)  # hot: no GroupKind built
-
-
 def in_ladder_order(keys: Iterable[ObjectKey]) -> list[ObjectKey]:
-    """`keys` sorted by `ladder_order`: bucketed by rank, each bucket sorted as tuples are,
-    with no key function called per object (a Gateway's reach of 400: 0.6 times as long)."""
+    """`keys` least specific first, as the hierarchy reads — classes, Gateways, routes,
+    Services, then kinds off the ladder — and by key within a rank, so that the first objects
+    of a policy's reach are the telling ones. Bucketed by rank, each bucket sorted as tuples
+    are, with no key function called per object (a Gateway's reach of 400: 0.6 times as long
+    as a sort by (rank, key))."""
     buckets: dict[int, list[ObjectKey]] = {}
     ranks, last = _RANKS, len(LADDER)
     for key in keys:

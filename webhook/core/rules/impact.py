@@ -12,7 +12,6 @@ shape and target rules let through. Every finding is one line; lists are bounded
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -144,7 +143,7 @@ def _reach(limit: int, *placed: tuple[Policy, ClusterView]) -> tuple[list[Object
         (ordered,) = reaches.values()
         return list(ordered[:limit]), len(ordered)
     union: set[ObjectKey] = set().union(*reaches.values())
-    return heapq.nsmallest(limit, union, key=kinds.ladder_order), len(union)
+    return kinds.in_ladder_order(union)[:limit], len(union)
 
 
 def _settings_schema(profile: KindProfile) -> leaves.Schema:
