@@ -183,7 +183,7 @@ def _machine_reading(
     if not missed or "scale_calibration_ms" not in f:
         return []
     gc = ""
-    if "scale_cold_gc_full_s" in f:
+    if f.get("scale_cold_gc_full_collections", 0) > 0:
         gc = text.aside(
             "machine_gc",
             values,
@@ -206,6 +206,8 @@ def _growth_reading(
     costs = ("cold_summaries_s", "fanout_s", "load_s")
     if any(f"growth_{k}x_{c}" not in f for k in (1, 8) for c in costs):
         return []
+    if all(f.get(f"target_met_growth_exponent_{c}") == 1 for c in costs):
+        return []  # a reading of what is not met
     per_object = {c: _n(f[f"growth_8x_{c}"] / f[f"growth_1x_{c}"] / 8) for c in costs}
     return text.lines(
         "growth_reading",

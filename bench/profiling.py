@@ -43,7 +43,9 @@ SCENARIOS = ("validate", "validate_light", "cold", "fanout")
 
 def _setup(scale: float, seed: int) -> tuple[synth.Cluster, Store, Any, Settings]:
     from webhook.core.annotation.cache import SummaryCache
+    from webhook.shell.process import heap
 
+    heap.tune()  # the collector as `serve` runs it (bench.scale says why)
     settings = Settings()
     cluster = synth.generate(synth.Shape().scaled(scale), seed=seed)
     store = Store()

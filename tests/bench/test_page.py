@@ -91,6 +91,13 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
     "as committed": _both(),
     "a run at half the default size": _set("scale", scale=0.5),
     "cold summaries over their target on a slower machine": _set("scale", cold_summaries_s=6.0),
+    "cold summaries that met full collections (before the harness tuned the collector)": _set(
+        "scale",
+        cold_summaries_s=6.0,
+        cold_gc_full_collections=6,
+        cold_gc_full_s=1.03,
+        cold_gc_full_collected=0,
+    ),
     "no summary cache": _set("scale", uses_cache=0),
     "wrk well ahead of the Python client": _set("http", http_wrk_gain_over_python_client=2.0),
     "uncommitted changes measured": _code(
