@@ -17,7 +17,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -143,30 +143,13 @@ class _Informer:
     async def list(self) -> None:
         """All objects, page by page from one snapshot; then the store holds exactly them."""
         src = self.source
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        limit: int | None = src.page_size
-        while True:
-            query = [("limit", str(limit))] if limit else []
-            if token:
-                query.append(("continue", token))
-            try:
-                page = await kubeapi.request_json(
-                    src.api, "GET", self.resource.path, query=query, timeout=src.request_timeout
-                )
-            except kubeapi.ApiError as exc:
-                if exc.status != 410 or not token:
-                    raise
-                # The continue token outlived etcd's compaction: one unpaginated list, as
-                # client-go's pager falls back to.
-                items, token, limit = [], None, None
-                continue
-            raw_items = page.get("items")
-            items.extend(self.prepare(raw) for raw in raw_items or () if isinstance(raw, dict))
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue") or None
-            if token is None:
-                break
+
+        def fetch(query: list[tuple[str, str]]) -> Awaitable[dict[str, Any]]:
+            return kubeapi.request_json(
+                src.api, "GET", self.resource.path, query=query, timeout=src.request_timeout
+            )
+
+        items, metadata = await kubeapi.list_all(fetch, self.prepare, page_size=src.page_size)
         src.store.replace_kind(self.resource.group_kind, items)
         self.resource_version = str(metadata.get("resourceVersion") or "") or None
         self.forbidden = False

@@ -145,10 +145,7 @@ class _Reader:
         self.snapshot.webhook_configuration = found
 
     async def _list(self, resource: kubeapi.Resource) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            query = [("limit", str(PAGE_SIZE))] + ([("continue", token)] if token else [])
+        async def fetch(query: list[tuple[str, str]]) -> dict[str, Any]:
             async with asyncio.timeout(self.seconds or None):  # the whole request, body too
                 response = await kubeapi.open_request(
                     self.api, "GET", resource.path, query=query, timeout=self.limit
@@ -159,15 +156,16 @@ class _Reader:
                     response.release()
             if not isinstance(page, dict):
                 raise ValueError(f"the list of {_plural_name(resource)} is not a JSON object")
-            for raw in page.get("items") or ():
-                if isinstance(raw, dict):
-                    # Items of a core list carry no apiVersion/kind; custom resources do.
-                    raw.setdefault("apiVersion", resource.api_version)
-                    raw.setdefault("kind", resource.kind)
-                    items.append(trim(raw, keep_annotation=self.keep_annotation))
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+            return page
+
+        def keep(raw: dict[str, Any]) -> dict[str, Any]:
+            # Items of a core list carry no apiVersion/kind; custom resources do.
+            raw.setdefault("apiVersion", resource.api_version)
+            raw.setdefault("kind", resource.kind)
+            return trim(raw, keep_annotation=self.keep_annotation)
+
+        items, _ = await kubeapi.list_all(fetch, keep, page_size=PAGE_SIZE)
+        return items
 
     def _describe(self, exc: BaseException, resource: kubeapi.Resource) -> str:
         server, what = self.server, _plural_name(resource)
