@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -23,7 +23,7 @@ from webhook.core.model import kinds
 from webhook.core.model.refs import GATEWAY_GROUP, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.overlay import OverlayView
-from webhook.core.state.store import Store
+from webhook.core.state.store import ClusterView, Store
 
 SETTINGS = Settings()
 GROUP = "policies.example.com"
@@ -638,3 +638,42 @@ def test_the_world_is_not_trivial() -> None:
     values = summaries(store, annotated(store))
     assert len(values) >= 20
     assert sum(v is not None for v in values.values()) >= 15
+
+
+class PolicyLookupsOnly:
+    """A view that says whether a key is a policy, and fails the test on any other question."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self._view = view
+
+    def policy(self, key: ObjectKey) -> Any:
+        return self._view.policy(key)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the view without the object was asked {name!r}")
+
+
+@pytest.mark.parametrize("key", [STOREFRONT, GW, FOO, EXTRA], ids=str)
+@pytest.mark.parametrize("created", [False, True], ids=["deleted", "created"])
+def test_a_created_or_deleted_rung_is_looked_below_only_where_it_is(
+    key: ObjectKey, created: bool
+) -> None:
+    """No context passes through an object a view lacks: a route, Gateway, Service or
+    ListenerSet deleted is walked in the view before alone, created in the view after alone
+    (each store write pays for this)."""
+    store = world()
+    summaries(store, annotated(store))  # the memos warm, as the webhook's are
+    obj = store.get(key)
+    assert obj is not None
+    store.delete(key)
+    if created:
+        store.upsert(obj)
+    old, new = (None, obj) if created else (obj, None)
+    before = (
+        OverlayView(store, upserts=[obj]) if old is not None else OverlayView(store, deletes=[key])
+    )
+    expected = affected_by_change(key, old, new, before=before, after=store)
+    assert key in expected
+    lacking = cast(ClusterView, PolicyLookupsOnly(before if created else store))
+    views = {"before": lacking, "after": store} if created else {"before": before, "after": lacking}
+    assert affected_by_change(key, old, new, **views) == expected

@@ -100,7 +100,12 @@ def affected_by_change(
     if before.policy(key) is not None or after.policy(key) is not None:
         return _policy_change(key, before, after)
     if gk in kinds.ANNOTATED_KINDS:  # a rung of contexts; Namespaces are handled on their own
-        return _reach(key, None, before, after)
+        # No context passes through an object a view lacks: a create is asked of `after`
+        # alone, a delete of `before` (on the side without it, an overlay that hides the
+        # object would be set up only to find nothing below it).
+        return _reach(
+            key, None, *(v for v, obj in ((before, old), (after, new)) if obj is not None)
+        )
     if gk == kinds.NAMESPACE:
         return _namespace_change(key, old, new, before, after)
     if gk == kinds.REFERENCE_GRANT:
