@@ -289,6 +289,21 @@ def test_the_value_assembled_from_pieces_is_the_value_dumped_whole() -> None:
     assert summary.assemble({}) == (None, {})
 
 
+def test_every_value_names_its_kinds_with_the_same_strings() -> None:
+    """A leader's cache keeps the spans of every object it annotates: the kinds' names in them
+    are one string per kind, not one per value."""
+    store = Store()
+    for doc in EVERY_DOC:
+        store.upsert(doc)
+    names: dict[str, list[str]] = {}
+    for key in OBSERVED:
+        pieces = summary.pieces_of(effective.compute(key, store, with_losers=False))
+        for name in summary.assemble(pieces)[1]:
+            names.setdefault(name, []).append(name)
+    assert any(len(same) > 1 for same in names.values())  # a kind that reaches several objects
+    assert all(all(name is same[0] for name in same) for same in names.values())
+
+
 # --- cutting to the cap (SPEC §3.3), against an oracle that dumps every candidate ----------------
 
 

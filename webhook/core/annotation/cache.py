@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cachetools import TTLCache
@@ -51,7 +51,9 @@ MAX_ADMITTED = 64
 class _Entry:
     value: str | None
     spans: summary.Spans | None  # None: a truncated value, whose pieces cannot be replaced
-    stale: set[GroupKind] = field(default_factory=set)  # kinds to recompute before use
+    # Kinds to recompute before use; None until one is (an empty set per entry, on every
+    # object a leader annotates, was a few percent of its memory).
+    stale: set[GroupKind] | None = None
 
 
 class SummaryCache:
@@ -133,7 +135,7 @@ class SummaryCache:
     def _refreshed(self, key: ObjectKey, entry: _Entry) -> _Entry:
         """The entry with its stale kinds' pieces recomputed, the others kept as they were."""
         pieces = summary.pieces_in(entry.value or "", entry.spans or {})
-        for gk in entry.stale:
+        for gk in entry.stale or ():
             pieces.pop(str(gk), None)
             pieces.update(summary.kind_pieces(key, self._store, gk))
         fitted = summary.fit(pieces, self._settings.annotation_max_bytes)
@@ -160,6 +162,8 @@ class SummaryCache:
             if entry is None:
                 continue
             if kind is not None and entry.spans is not None:
+                if entry.stale is None:
+                    entry.stale = set()
                 entry.stale.add(kind)  # only that kind's piece can differ
             else:
                 del self._entries[stale]

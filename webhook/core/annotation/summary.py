@@ -9,6 +9,7 @@ whole anyway; the cap is a target for the rest, never a reason to hide which pol
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
@@ -116,7 +117,9 @@ def assemble(pieces: Pieces) -> tuple[str | None, Spans]:
     for i, name in enumerate(sorted(pieces)):  # as orjson sorts keys: by code point
         head = f"{',' if i else ''}{dump(name)}:"
         at += len(head)
-        spans[name] = (at, at + len(pieces[name]))
+        # Interned: a cache keeps the spans of every object, and a handful of kinds' names
+        # made anew per value were tens of thousands of strings.
+        spans[sys.intern(name)] = (at, at + len(pieces[name]))
         at += len(pieces[name])
         parts += (head, pieces[name])
     parts.append(f'}},"truncated":false,"version":{VERSION}}}')
