@@ -100,6 +100,7 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
     ),
     "no summary cache": _set("scale", uses_cache=0),
     "wrk well ahead of the Python client": _set("http", http_wrk_gain_over_python_client=2.0),
+    "wrk no faster than the Python client": _set("http", http_wrk_gain_over_python_client=0.9),
     "uncommitted changes measured": _code(
         "http", "scale", "growth", "profile", "choices", "e2e", webhook_dirty=True
     ),
