@@ -1,4 +1,4 @@
-"""Lists read page by page (`kubeapi.list_all`), by the informers and by `explain`/`report`'s
+"""Lists read page by page (`informers.list_all`), by the informers and by `explain`/`report`'s
 one read of the cluster (`snapshot`).
 
 A continue token expires when etcd compacts the revision it was issued at (every five minutes
@@ -21,7 +21,7 @@ from aiohttp import web
 from tests.shell.cluster.test_kubeapi import kubeconfig
 from webhook.core.model import kinds
 from webhook.core.state.store import Store
-from webhook.shell.cluster import kubeapi, snapshot
+from webhook.shell.cluster import informers, kubeapi, snapshot
 from webhook.shell.cluster.kubeconfig import Target
 
 Query = list[tuple[str, str]]
@@ -60,7 +60,7 @@ def names(items: list[dict[str, Any]]) -> list[str]:
 
 def test_pages_are_read_until_no_continue_token_and_kept_as_they_arrive() -> None:
     fetch, sent = pages(page("a", "b", token="t1"), page("c", token="t2"), page("d"))
-    items, metadata = asyncio.run(kubeapi.list_all(fetch, dict, page_size=2))
+    items, metadata = asyncio.run(informers.list_all(fetch, dict, page_size=2))
     assert names(items) == ["a", "b", "c", "d"]
     assert metadata["resourceVersion"] == "30"
     assert sent == [[("limit", "2")], [("limit", "2"), ("continue", "t1")],
@@ -69,7 +69,7 @@ def test_pages_are_read_until_no_continue_token_and_kept_as_they_arrive() -> Non
 
 def test_an_expired_continue_token_starts_again_as_one_unpaginated_list() -> None:
     fetch, sent = pages(page("a", token="t1"), EXPIRED, page("a", "b", version="40"))
-    items, metadata = asyncio.run(kubeapi.list_all(fetch, dict, page_size=1))
+    items, metadata = asyncio.run(informers.list_all(fetch, dict, page_size=1))
     assert names(items) == ["a", "b"]  # what the first page gave is not kept twice
     assert metadata["resourceVersion"] == "40"
     assert sent == [[("limit", "1")], [("limit", "1"), ("continue", "t1")], []]
@@ -85,8 +85,9 @@ def test_an_expired_continue_token_starts_again_as_one_unpaginated_list() -> Non
 )
 def test_any_other_failure_is_the_callers(answers: tuple[Any, ...]) -> None:
     fetch, _ = pages(*answers)
-    with pytest.raises(kubeapi.ApiError):
-        asyncio.run(kubeapi.list_all(fetch, dict, page_size=1))
+    with pytest.raises(kubeapi.ApiError) as raised:
+        asyncio.run(informers.list_all(fetch, dict, page_size=1))
+    assert raised.value is answers[-1]  # the very error, neither retried nor replaced
 
 
 # --- the one read of `explain` and `report` --------------------------------------------------

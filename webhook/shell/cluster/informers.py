@@ -18,7 +18,7 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from kubernetes_asyncio import client
@@ -35,6 +35,7 @@ from webhook.shell.process.readiness import Readiness
 from webhook.shell.process.turns import Turns
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Gateway API kinds the rules and the engine read (SPEC §1.4 targets, and ReferenceGrants).
 GATEWAY_KINDS = frozenset(
@@ -149,7 +150,7 @@ class _Informer:
                 src.api, "GET", self.resource.path, query=query, timeout=src.request_timeout
             )
 
-        items, metadata = await kubeapi.list_all(fetch, self.prepare, page_size=src.page_size)
+        items, metadata = await list_all(fetch, self.prepare, page_size=src.page_size)
         src.store.replace_kind(self.resource.group_kind, items)
         self.resource_version = str(metadata.get("resourceVersion") or "") or None
         self.forbidden = False
@@ -237,14 +238,57 @@ class _Informer:
             self.source.changed(self)
 
     def prepare(self, raw: dict[str, Any]) -> dict[str, Any]:
-        # Items of a core list carry no apiVersion/kind; watch events and custom resources do.
-        raw.setdefault("apiVersion", self.resource.api_version)
-        raw.setdefault("kind", self.resource.kind)
-        return trim(raw, keep_annotation=self.source.keep_annotation)
+        return prepared(raw, self.resource, keep_annotation=self.source.keep_annotation)
 
     def touch(self) -> None:
         self.last_contact = time.monotonic()
         self.source.touched(self)
+
+
+def prepared(
+    raw: dict[str, Any], resource: kubeapi.Resource, *, keep_annotation: str
+) -> dict[str, Any]:
+    """An item of a list or a watch event, as the store keeps it (`trim`)."""
+    # Items of a core list carry no apiVersion/kind; watch events and custom resources do.
+    raw.setdefault("apiVersion", resource.api_version)
+    raw.setdefault("kind", resource.kind)
+    return trim(raw, keep_annotation=keep_annotation)
+
+
+async def list_all(
+    fetch: Callable[[list[tuple[str, str]]], Awaitable[Mapping[str, Any]]],
+    keep: Callable[[dict[str, Any]], T],
+    *,
+    page_size: int | None,
+) -> tuple[list[T], Mapping[str, Any]]:
+    """Every item of one list, page by page from one snapshot: `keep` of each item (applied as
+    each page arrives, so that only what is kept is held), and the last page's `metadata`.
+    The informers' lists and the one read of `explain` and `report` (`snapshot`) both page so.
+
+    `fetch` sends one list request with the query given (`limit`, `continue`). A continue token
+    that outlived etcd's compaction (410 Gone) cannot be resumed: the list starts again as one
+    unpaginated request, as client-go's pager falls back to, and what was kept is dropped.
+    """
+    kept: list[T] = []
+    token: str | None = None
+    limit = page_size
+    while True:
+        query = [("limit", str(limit))] if limit else []
+        if token:
+            query.append(("continue", token))
+        try:
+            page = await fetch(query)
+        except kubeapi.ApiError as exc:
+            if exc.status != 410 or not token:
+                raise
+            kept, token, limit = [], None, None
+            continue
+        kept.extend(keep(raw) for raw in page.get("items") or () if isinstance(raw, dict))
+        metadata = page.get("metadata")
+        metadata = metadata if isinstance(metadata, Mapping) else {}
+        token = metadata.get("continue") or None
+        if token is None:
+            return kept, metadata
 
 
 def _same_but_version(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:

@@ -16,9 +16,9 @@ import os
 import re
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client, config
@@ -27,7 +27,6 @@ from webhook.core.model.refs import CORE_GROUP, GroupKind
 
 JSON = "application/json"
 CLOSE_GRACE_SECONDS = 0.25
-T = TypeVar("T")
 
 
 async def connect(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
@@ -182,41 +181,6 @@ async def request_json(
     finally:
         response.release()
     return data if isinstance(data, dict) else {}
-
-
-async def list_all(
-    fetch: Callable[[list[tuple[str, str]]], Awaitable[Mapping[str, Any]]],
-    keep: Callable[[dict[str, Any]], T],
-    *,
-    page_size: int | None,
-) -> tuple[list[T], Mapping[str, Any]]:
-    """Every item of one list, page by page from one snapshot: `keep` of each item (applied as
-    each page arrives, so that only what is kept is held), and the last page's `metadata`.
-
-    `fetch` sends one list request with the query given (`limit`, `continue`). A continue token
-    that outlived etcd's compaction (410 Gone) cannot be resumed: the list starts again as one
-    unpaginated request, as client-go's pager falls back to, and what was kept is dropped.
-    """
-    kept: list[T] = []
-    token: str | None = None
-    limit = page_size
-    while True:
-        query = [("limit", str(limit))] if limit else []
-        if token:
-            query.append(("continue", token))
-        try:
-            page = await fetch(query)
-        except ApiError as exc:
-            if exc.status != 410 or not token:
-                raise
-            kept, token, limit = [], None, None
-            continue
-        kept.extend(keep(raw) for raw in page.get("items") or () if isinstance(raw, dict))
-        metadata = page.get("metadata")
-        metadata = metadata if isinstance(metadata, Mapping) else {}
-        token = metadata.get("continue") or None
-        if token is None:
-            return kept, metadata
 
 
 # --- resources -------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 from webhook.core.state.store import Store
-from webhook.core.state.trim import trim
 from webhook.shell.cluster import informers, kubeapi, webhook_rules
 from webhook.shell.cluster.kubeconfig import ClusterUnavailable, Target
 
@@ -159,12 +158,9 @@ class _Reader:
             return page
 
         def keep(raw: dict[str, Any]) -> dict[str, Any]:
-            # Items of a core list carry no apiVersion/kind; custom resources do.
-            raw.setdefault("apiVersion", resource.api_version)
-            raw.setdefault("kind", resource.kind)
-            return trim(raw, keep_annotation=self.keep_annotation)
+            return informers.prepared(raw, resource, keep_annotation=self.keep_annotation)
 
-        items, _ = await kubeapi.list_all(fetch, keep, page_size=PAGE_SIZE)
+        items, _ = await informers.list_all(fetch, keep, page_size=PAGE_SIZE)
         return items
 
     def _describe(self, exc: BaseException, resource: kubeapi.Resource) -> str:
