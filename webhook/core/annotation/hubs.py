@@ -56,8 +56,8 @@ def summarize_in_pieces(
 
 
 # Routes per step of `advance`: each costs a few tens of microseconds per phase, so a step
-# stays within a turn of the event loop (`shell.process.turns`, 2 ms).
-ADVANCE_ROUTES = 32
+# stays within about a turn of the event loop (`shell.process.turns`, 1 ms).
+ADVANCE_ROUTES = 16
 
 
 def advance(key: ObjectKey, store: Store, *, limit: int) -> bool:
