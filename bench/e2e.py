@@ -151,8 +151,12 @@ class Bench:
         ours = e2e_procs.Ours(self.cluster, self.workdir, name=f"ours-{self.started}", args=args)
         if base:
             ours.code_root = self.base_root
-        ours.start()
-        self.wait_idle(ours, timeout=300)
+        try:
+            ours.start()
+            self.wait_idle(ours, timeout=300)
+        except BaseException:
+            ours.stop()  # a process that never settled is still ours to end, by its PID
+            raise
         return ours
 
     def wait_idle(self, ours: e2e_procs.Ours, *, timeout: float, quiet: float = 2.0) -> float:

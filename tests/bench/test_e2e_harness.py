@@ -1,0 +1,61 @@
+"""The end-to-end benchmark's harness ends every process it started, by PID, even when a phase
+fails. No control plane here: the one step under test is driven with a stand-in for `serve`
+(a real one would need an API server that refuses to settle on cue)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from bench import e2e, e2e_procs
+
+
+class _StandInOurs:
+    """What `start_ours` asks of `e2e_procs.Ours`: start, then stop by PID."""
+
+    made: ClassVar[list[_StandInOurs]] = []
+
+    def __init__(self, cluster: Any, workdir: Path, *, name: str, args: Any) -> None:
+        self.name = name
+        self.code_root: Path | None = None
+        self.stops = 0
+        _StandInOurs.made.append(self)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.stops += 1
+
+
+@pytest.fixture
+def bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> e2e.Bench:
+    """A `Bench` without its control plane (its `__init__` provisions one), starting stand-ins."""
+    _StandInOurs.made.clear()
+    monkeypatch.setattr(e2e_procs, "Ours", _StandInOurs)
+    bench = e2e.Bench.__new__(e2e.Bench)
+    bench.cluster, bench.workdir, bench.started, bench.base_root = None, tmp_path, 0, None
+    return bench
+
+
+def test_ours_that_never_settles_is_stopped_before_the_error_goes_up(
+    bench: e2e.Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def never_settles(ours: Any, *, timeout: float, quiet: float = 2.0) -> float:
+        raise TimeoutError(f"{ours.name} did not settle within {timeout:.0f} s")
+
+    monkeypatch.setattr(bench, "wait_idle", never_settles)
+    with pytest.raises(TimeoutError, match="ours-1 did not settle"):
+        bench.start_ours()
+    assert [ours.stops for ours in _StandInOurs.made] == [1]
+
+
+def test_ours_that_settles_is_handed_over_running(
+    bench: e2e.Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "wait_idle", lambda ours, *, timeout, quiet=2.0: 0.5)
+    ours = bench.start_ours()
+    assert ours is _StandInOurs.made[0]
+    assert ours.stops == 0
