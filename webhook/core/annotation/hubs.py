@@ -56,7 +56,7 @@ def summarize_in_pieces(
 
 
 # Routes per step of `advance`: each costs a few tens of microseconds per phase, so a step
-# stays within about a turn of the event loop (`shell.process.turns`, 1 ms).
+# stays within about a turn of the event loop (`shell.process.turns.DEFAULT_LENGTH`).
 ADVANCE_ROUTES = 16
 
 

@@ -248,7 +248,8 @@ class _Informer:
 def prepared(
     raw: dict[str, Any], resource: kubeapi.Resource, *, keep_annotation: str
 ) -> dict[str, Any]:
-    """An item of a list or a watch event, as the store keeps it (`trim`)."""
+    """An item of a list or a watch event, as the store keeps it (`trim`); `raw` itself gains
+    the apiVersion and kind it lacked (callers drop it after)."""
     # Items of a core list carry no apiVersion/kind; watch events and custom resources do.
     raw.setdefault("apiVersion", resource.api_version)
     raw.setdefault("kind", resource.kind)
