@@ -7,7 +7,9 @@ The garbage collector runs with the thresholds `policy-webhook serve` sets (`hea
 passes a hundred times rarer), so that no phase is charged for full passes the webhook does not
 make. Prints one JSON object of named numbers. Measured, in order:
 - load: every object trimmed and `Store.upsert`ed (with the summary cache subscribed, as in the
-  webhook's informers),
+  webhook's informers), each a copy decoded from its JSON as the informers decode what they list,
+  the generator's own objects dropped first: the process then holds the webhook's state and
+  nothing else of the cluster but the review mixes, taken before;
   then the heap settled, as the webhook settles it once its state is synced;
 - cold summaries: the hierarchy index built, then every annotated object's summary computed
   through the cache (`SummaryCache.get` on an empty cache), with the full garbage collections
@@ -38,6 +40,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+import orjson
 
 from bench import synth, traffic
 from bench.calibrate import reference_ms
@@ -133,11 +137,22 @@ def measure(
     out["generate_s"], _ = watch.stop()
     out.update({f"objects_{name}": n for name, n in synth.describe(cluster).items()})
     out["objects"] = cluster.count()
+    # What the phases below need of the generator's cluster, taken now; then its objects are
+    # decoded anew, as the informers decode a list, and the generator's dropped. A store that
+    # shared its objects' parts with the generator's would make the peak RSS hold both.
+    keys = [key for obj in cluster.annotated() if (key := key_of(obj)) is not None]
+    validate_mix = traffic.validate_reviews(cluster, reviews)
+    mutate_mix = traffic.mutate_reviews(cluster, reviews // 2)
+    assert cluster.busy_policy is not None
+    busy_policy, busy_gateway = cluster.busy_policy, key_of(cluster.busy_gateway)
+    assert busy_gateway is not None
+    listed = [orjson.loads(orjson.dumps(obj)) for obj in cluster.objects()]
+    del cluster
 
     store = Store()
     # Sized to hold every annotated object, as --cache-max-objects should be in a deployment:
     # past the default (65,536, reached between 4x and 8x) evictions would be measured instead.
-    annotated = sum(1 for _ in cluster.annotated())
+    annotated = len(keys)
     cache = (
         SummaryCache(store, settings, maxsize=max(DEFAULT_MAXSIZE, annotated))
         if SummaryCache is not None
@@ -148,9 +163,11 @@ def measure(
     )
     gc.collect()
     watch = Stopwatch()
-    for obj in cluster.objects():
+    for obj in listed:
         store.upsert(trim(obj))  # as the informers keep every object they list
     out["load_s"], out["load_cpu_s"] = watch.stop()
+    del listed
+    gc.collect()
     out["rss_after_load_mb"] = rss_mb()
     # Settled as the webhook settles its state once synced, before its first pass computes
     # every summary (`heap`): full collections during the cold summaries then walk what those
@@ -158,7 +175,6 @@ def measure(
     if heap is not None:
         out["gc_settle_loaded_s"] = heap.settle("benchmark: state loaded")
 
-    keys = [key for obj in cluster.annotated() if (key := key_of(obj)) is not None]
     calibration.append(reference_ms())
     watch = Stopwatch()
     memo.index_of(store)
@@ -203,7 +219,7 @@ def measure(
     # the watch with our annotation (the echo of the reconciler's patch), trimmed as the
     # informers trim it — a write that changes nothing any summary reads.
     watch = Stopwatch()
-    out["converged_objects"] = _converge(cluster, store, get, settings.annotation_key)
+    out["converged_objects"] = _converge(keys, store, get, settings.annotation_key)
     out["converge_s"], _ = watch.stop()
     out["rss_converged_mb"] = rss_mb()
 
@@ -222,16 +238,14 @@ def measure(
     out["gc_frozen_objects"] = gc.get_freeze_count()
 
     calibration.append(reference_ms())
-    validate_mix = traffic.validate_reviews(cluster, reviews)
     out.update(_decisions("validate", admission.validate, validate_mix, store, settings))
     # The wide reviews again: their targets' reach is known now (kept until the hierarchy
     # changes), so what they lose is the walk below a target seen for the first time.
     wide = [(category, review) for category, review in validate_mix if category in traffic.HEAVY]
     out.update(_decisions("validate_again", admission.validate, wide, store, settings))
-    mutate_mix = traffic.mutate_reviews(cluster, reviews // 2)
     out.update(_decisions("mutate", mutation.mutate, mutate_mix, store, settings))
     calibration.append(reference_ms())
-    out.update(_fanout(cluster, store, cache, settings, fanout_repeats))
+    out.update(_fanout(busy_policy, busy_gateway, store, cache, settings, fanout_repeats))
     calibration.append(reference_ms())
     out["calibration_ms"] = statistics.median(calibration)
     out["calibration_spread"] = max(calibration) / min(calibration)
@@ -241,7 +255,7 @@ def measure(
 
 
 def _converge(
-    cluster: synth.Cluster, store: Store, get: Callable[[ObjectKey], str | None], key: str
+    keys: list[ObjectKey], store: Store, get: Callable[[ObjectKey], str | None], key: str
 ) -> int:
     """Every annotated object written again with its value as our annotation, trimmed.
 
@@ -250,15 +264,16 @@ def _converge(
     start over (and the figures after this would be a cold state's, not a leader's).
     """
     written = 0
-    for i, obj in enumerate(cluster.annotated()):
+    for i, found in enumerate(keys):
         if i % (WRITE_LOG // 2) == 0:
             memo.index_of(store)
-        found = key_of(obj)
-        value = get(found) if found is not None else None
-        if value is None:
+        value = get(found)
+        obj = store.get(found)
+        if value is None or obj is None:
             continue
         # The value as a watch event decodes it: a string of its own, not the cache's. (The rest
-        # of the object is shared with the generator's, as after the load: held once.)
+        # of the object is shared with the one it replaces in the store: held once, as the
+        # event's own copy would be.)
         annotations = {key: value.encode().decode()}
         event = {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
         store.upsert(trim(event, keep_annotation=key))
@@ -303,13 +318,14 @@ def _decisions(
 
 
 def _fanout(
-    cluster: synth.Cluster, store: Store, cache: Any, settings: Settings, repeats: int
+    policy: dict[str, Any],
+    target: ObjectKey,
+    store: Store,
+    cache: Any,
+    settings: Settings,
+    repeats: int,
 ) -> dict[str, float]:
     """One edit of the busy Gateway's RetryPolicy: invalidate, then recompute what it reaches."""
-    assert cluster.busy_policy is not None
-    policy = cluster.busy_policy
-    target = key_of(cluster.busy_gateway)
-    assert target is not None
     runs = []
     for j in range(repeats):
         edited = copy.deepcopy(policy)
