@@ -10,7 +10,7 @@ import pytest
 from tests.fixtures.yaml_state import CLUSTER, POLICY_CRDS, docs, one, store_of
 from webhook.core.model.profiles import profile_from_crd
 from webhook.core.state.store import Store
-from webhook.core.state.trim import fingerprint, trim
+from webhook.core.state.trim import fingerprint, relevant, trim
 
 KEY = "policy-attachment.dev/effective-policies"
 
@@ -148,6 +148,78 @@ def test_a_service_without_ports_keeps_an_empty_spec() -> None:
     assert trim(service)["spec"] == {}
 
 
+ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: storefront, namespace: apps}
+spec:
+  parentRefs: [{name: gw, namespace: infra, sectionName: https, port: 443}]
+  hostnames: [shop.example.com]
+  rules:
+  - name: browse
+    matches: [{path: {type: PathPrefix, value: /browse}, headers: [{name: x-beta, value: "1"}]}]
+    filters: [{type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: a, value: b}]}}]
+    timeouts: {request: 10s}
+    backendRefs:
+    - name: foo
+      port: 80
+      weight: 90
+      filters: [{type: RequestMirror, requestMirror: {backendRef: {name: shadow, port: 80}}}]
+    - {group: "", kind: Service, namespace: other, name: bar, port: 8080, weight: 10}
+  - matches: [{path: {type: Exact, value: /health}}]
+    backendRefs: [{name: foo}]
+status: {parents: []}
+"""
+
+
+def test_routes_keep_their_parents_and_each_rules_name_and_backends_only() -> None:
+    """What `attachment.parent_refs` and `backend_refs` read, and rule names (sections):
+    matches, filters, hostnames, timeouts and weights are no input of anything computed."""
+    route = one(ROUTE)
+    assert trim(route)["spec"] == {
+        "parentRefs": route["spec"]["parentRefs"],
+        "rules": [
+            {
+                "name": "browse",
+                "backendRefs": [
+                    {"name": "foo", "port": 80},
+                    {
+                        "group": "",
+                        "kind": "Service",
+                        "namespace": "other",
+                        "name": "bar",
+                        "port": 8080,
+                    },
+                ],
+            },
+            {"backendRefs": [{"name": "foo"}]},
+        ],
+    }
+
+
+@pytest.mark.parametrize("kind", ["GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"])
+def test_every_route_kind_is_trimmed_alike(kind: str) -> None:
+    route = one(ROUTE)
+    route["kind"] = kind
+    assert trim(route)["spec"] == trim(one(ROUTE))["spec"]
+
+
+def test_a_canary_weight_or_a_match_edit_is_no_change_to_what_is_read() -> None:
+    """So it recomputes nothing (`relevant`); a new backend or a renamed rule is a change."""
+    before = one(ROUTE)
+    shifted = copy.deepcopy(before)
+    shifted["spec"]["rules"][0]["backendRefs"][0]["weight"] = 50
+    shifted["spec"]["rules"][0]["matches"] = [{"path": {"type": "Exact", "value": "/"}}]
+    shifted["spec"]["hostnames"] = ["store.example.com"]
+    assert relevant(trim(shifted)) == relevant(trim(before))
+    renamed = copy.deepcopy(before)
+    renamed["spec"]["rules"][0]["name"] = "shop"
+    rerouted = copy.deepcopy(before)
+    rerouted["spec"]["rules"][1]["backendRefs"][0]["name"] = "baz"
+    for changed in (renamed, rerouted):
+        assert relevant(trim(changed)) != relevant(trim(before))
+
+
 def test_namespaces_keep_name_and_labels_but_no_spec_status_or_annotations() -> None:
     namespace = one("""
         apiVersion: v1
@@ -248,6 +320,11 @@ def test_trim_leaves_its_input_untouched() -> None:
         {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
          "metadata": {"name": "c", "labels": None}, "spec": {"versions": ["v1", None]}},
         {"apiVersion": "policies.example.com/v1", "kind": "RetryPolicy", "spec": "not an object"},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "spec": ["rules"]},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+         "spec": {"rules": "all", "parentRefs": None}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+         "spec": {"rules": [None, "x", {"backendRefs": "foo"}, {"backendRefs": [7, {"name": "s"}]}]}},
     ],
 )  # fmt: skip
 def test_malformed_objects_are_trimmed_without_raising(obj: dict[str, Any]) -> None:

@@ -2,7 +2,8 @@
 
 The informers keep every Gateway API object, Service, Namespace, CRD and policy of a cluster in
 memory, so whatever is not read here is dropped on arrival: `status`, `managedFields`,
-`ownerReferences`, foreign annotations, a Service's IPs and selectors. Pure: no IO.
+`ownerReferences`, foreign annotations, a Service's IPs and selectors, a route's matches,
+filters and hostnames. Pure: no IO.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ _UNREAD_TOP = frozenset({"status"})
 _SET_WHEN_STORED = frozenset({"uid", "creationTimestamp"})
 # A Service port is a section by `name` and is selected by `port` number (SPEC §2.2, §4.3).
 _SERVICE_PORT_FIELDS = ("name", "port", "protocol")
+# Of a route, only where it attaches and what it sends to (`attachment.parent_refs`,
+# `backend_refs`): its parents, and per rule its name (a section, SPEC §2.2) and its backends.
+# Routes are most of a cluster's objects, and their matches and filters most of each route.
+_ROUTE_SPEC_FIELDS = ("parentRefs", "rules")
+_ROUTE_RULE_FIELDS = ("name", "backendRefs")
+_BACKEND_REF_FIELDS = ("group", "kind", "namespace", "name", "port")
 # What discovery (plural, scope, served versions) and `profile_from_crd` read from a CRD.
 _CRD_SPEC_FIELDS = ("group", "names", "scope")
 _CRD_VERSION_FIELDS = ("name", "served", "storage")
@@ -62,10 +69,12 @@ def trim(obj: Mapping[str, Any], *, keep_annotation: str = "") -> dict[str, Any]
         return out  # a Namespace matters only by its name and labels (allowedRoutes selectors)
     if gk == kinds.SERVICE:
         out["spec"] = _trim_service_spec(spec)
+    elif gk in kinds.ROUTE_KINDS:
+        out["spec"] = _trim_route_spec(spec)
     elif gk == kinds.CRD:
         out["spec"] = _trim_crd_spec(spec, is_policy=is_policy_crd(obj))
     else:
-        out["spec"] = spec  # Gateway API objects and policies: the rules read all of it
+        out["spec"] = spec  # Gateways, ListenerSets and policies: the rules read all of it
     return out
 
 
@@ -111,6 +120,33 @@ def _trim_service_spec(spec: object) -> object:
             for port in ports
         ]
     }
+
+
+def _trim_route_spec(spec: object) -> object:
+    """parentRefs as they are; rules with their names and backends only. A weight, a match or
+    a filter is no input of any summary, so an edit of only those (a canary's weights) leaves
+    every computed value in place (`relevant`). Malformed parts are kept as they are: what
+    reads them says what it cannot read."""
+    if not isinstance(spec, Mapping):
+        return spec
+    out: dict[str, Any] = {f: spec[f] for f in _ROUTE_SPEC_FIELDS if f in spec}
+    rules = out.get("rules")
+    if isinstance(rules, list):
+        out["rules"] = [_trim_rule(rule) if isinstance(rule, Mapping) else rule for rule in rules]
+    return out
+
+
+def _trim_rule(rule: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {f: rule[f] for f in _ROUTE_RULE_FIELDS if f in rule}
+    refs = out.get("backendRefs")
+    if isinstance(refs, list):
+        out["backendRefs"] = [
+            {f: ref[f] for f in _BACKEND_REF_FIELDS if f in ref}
+            if isinstance(ref, Mapping)
+            else ref
+            for ref in refs
+        ]
+    return out
 
 
 def _trim_crd_spec(spec: object, *, is_policy: bool) -> object:
