@@ -21,7 +21,7 @@ make. Prints one JSON object of named numbers. Measured, in order:
   webhook settles it (`webhook.shell.process.heap`); what follows runs in the settled state;
 - validation and mutation decisions: `admission.validate`/`mutate` on the review mixes of
   `bench.traffic`, one at a time (no HTTP); then the Gateway- and Namespace-wide reviews again,
-  their targets' reach known;
+  their targets' reach known, and once more after one route's write elsewhere;
 - fan-out: one change of a policy on the busy Gateway, written to the store (the cache drops
   what it affects), then every affected summary computed again;
 - peak RSS of the process.
@@ -243,6 +243,10 @@ def measure(
     # changes), so what they lose is the walk below a target seen for the first time.
     wide = [(category, review) for category, review in validate_mix if category in traffic.HEAVY]
     out.update(_decisions("validate_again", admission.validate, wide, store, settings))
+    # And once a route elsewhere is written, as routes are in a live cluster: what that write
+    # drops of the reach below rungs (`memo.StructureMemo.forget_route`) is walked again.
+    _write_a_route(store, keys, seed)
+    out.update(_decisions("validate_after_route_write", admission.validate, wide, store, settings))
     out.update(_decisions("mutate", mutation.mutate, mutate_mix, store, settings))
     calibration.append(reference_ms())
     out.update(_fanout(busy_policy, busy_gateway, store, cache, settings, fanout_repeats))
@@ -279,6 +283,16 @@ def _converge(
         store.upsert(trim(event, keep_annotation=key))
         written += 1
     return written
+
+
+def _write_a_route(store: Store, keys: list[ObjectKey], seed: int) -> None:
+    """One route, drawn at random, its first backend's port moved: a change of its contexts."""
+    routes = [key for key in keys if key.kind == "HTTPRoute"]
+    key = random.Random(seed).choice(routes)
+    obj = copy.deepcopy(dict(store.get(key) or {}))
+    backend = obj["spec"]["rules"][0]["backendRefs"][0]
+    backend["port"] = int(backend.get("port") or 80) + 1
+    store.upsert(obj)
 
 
 def _decisions(
