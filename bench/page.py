@@ -135,13 +135,23 @@ def _not_met(text: prose.Prose, f: Mapping[str, float], values: Mapping[str, str
             values,
             ceiling_validate=_n(ceiling["validate"]),
             ceiling_mutate=_n(ceiling["mutate"]),
-            again="" if _missing(f, *again_names) else text.aside("again", values),
+            again=""
+            if _missing(f, *again_names)
+            else text.aside("again", values, after_write=_after_write(text, f, values)),
         ),
         *_fixed_rate_reading(text, f, values),
         *_machine_reading(text, f, values),
         *_growth_reading(text, f, values),
         "",
     ]
+
+
+def _after_write(text: prose.Prose, f: Mapping[str, float], values: Mapping[str, str]) -> str:
+    names = [
+        f"scale_validate_after_route_write_cat_valid_{c}_median_ms"
+        for c in ("gateway", "namespace")
+    ]
+    return "" if _missing(f, *names) else text.aside("after_write", values)
 
 
 def _fixed_rate_reading(

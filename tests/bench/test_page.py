@@ -99,6 +99,11 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
         cold_gc_full_collected=0,
     ),
     "no summary cache": _set("scale", uses_cache=0),
+    "the wide reviews timed after a route's write": _set(
+        "scale",
+        validate_after_route_write_cat_valid_gateway_median_ms=1.9,
+        validate_after_route_write_cat_valid_namespace_median_ms=2.0,
+    ),
     "wrk well ahead of the Python client": _set("http", http_wrk_gain_over_python_client=2.0),
     "wrk no faster than the Python client": _set("http", http_wrk_gain_over_python_client=0.9),
     "uncommitted changes measured": _code(

@@ -155,6 +155,27 @@ def test_reach_below_a_target_is_kept_until_the_hierarchy_changes() -> None:
     assert hierarchy.affected_by(gw, None, store) == {gw}
 
 
+def test_a_routes_write_drops_only_the_reach_below_rungs_above_it() -> None:
+    """r1, on gw, moves to Service bar: the reach below gw, its class and the Namespaces is
+    walked again; below gw2, which r1 never named, it stands. A route whose parent is a
+    Service drops every reach: it lies below whatever reaches that Service."""
+    store = changes.base_store()
+    gw, gw2 = gateway("infra", "gw"), gateway("infra", "gw2")
+    for target in (gw, gw2):
+        hierarchy.affected_by(target, None, store)
+    structure = memo.shared_structure(store)
+    assert structure is not None
+    kept = structure.reach[(gw2, None, True)]
+    changes.apply(store, ("upsert", changes.route_doc("apps", "r1", 0, 1)))
+    hierarchy.affected_by(gw2, None, store)  # caught up on the write
+    assert memo.shared_structure(store) is structure
+    assert structure.reach[(gw2, None, True)] is kept
+    assert (gw, None, True) not in structure.reach
+    changes.apply(store, ("upsert", changes.route_doc("apps", "r2", 4, 0)))  # r2 on Service foo
+    hierarchy.affected_by(gw, None, store)
+    assert (gw2, None, True) not in structure.reach
+
+
 def test_an_edit_of_a_policys_values_keeps_every_ladder() -> None:
     """Which rungs hold policies is unchanged when only a policy's values are: the fan-out of
     that edit starts from the ladders kept, and still answers with the new values."""
@@ -352,17 +373,31 @@ def route_doc(name: str, *, backend: str = "svc") -> dict[str, Any]:
 
 
 def assert_memos_fresh(store: Store) -> None:
-    """The index and every object's contexts, kept across writes, equal a fresh store's — made
-    whole there, whatever way the store keeps them (a Service's by route, `PARTS_MIN_ROUTES`)."""
+    """The index, every object's contexts and the reach below every rung, kept across writes,
+    equal a fresh store's — made whole there, whatever way the store keeps them (a Service's
+    by route, `PARTS_MIN_ROUTES`). Asking for each reach keeps it for the next look."""
     fresh = changes.rebuilt(store)
     kept, rebuilt_index = memo.index_of(store), memo.index_of(fresh)
     assert kept._added == rebuilt_index._added, "stale index"
     keys = changes.annotated(store)
     found = {key: hierarchy.contexts_of(key, store) for key in keys}
+    reach = {rung: hierarchy.reach_in_order(*rung, store) for rung in rungs(store)}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(hierarchy, "PARTS_MIN_ROUTES", 10**9)
         for key in keys:
             assert found[key] == hierarchy.contexts_of(key, fresh), f"stale contexts: {key}"
+    for rung, below in reach.items():
+        assert below == hierarchy.reach_in_order(*rung, fresh), f"stale reach: {rung}"
+
+
+def rungs(store: Store) -> list[tuple[ObjectKey, str | None]]:
+    """Every object a policy may target (Namespaces too), whole and by each section."""
+    found: list[tuple[ObjectKey, str | None]] = []
+    for gk in sorted(kinds.DEFAULT_TARGETS):
+        for key in sorted(store.keys(gk)):
+            found.append((key, None))
+            found += [(key, name) for name in sorted(kinds.section_names(gk, store.get(key) or {}))]
+    return found
 
 
 @pytest.fixture
@@ -403,13 +438,23 @@ def moved_away(store: Store) -> None:
     changes.apply(store, ("upsert", changes.route_doc("apps", "r1", 2, 1)))
 
 
+FOO = ObjectKey("", "Service", "apps", "foo")
+
+
+def assert_caught(
+    match: str, change: Callable[[Store], object], store: Store | None = None
+) -> None:
+    """The property holds of `store` (the base cluster), then fails with `match` after `change`."""
+    store = store if store is not None else changes.base_store()
+    assert_memos_fresh(store)
+    change(store)
+    with pytest.raises(AssertionError, match=match):
+        assert_memos_fresh(store)
+
+
 def test_the_property_catches_an_index_that_misses_a_move(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(HierarchyIndex, "move", lambda self, key, old, new: None)
-    store = changes.base_store()
-    assert_memos_fresh(store)
-    moved_away(store)
-    with pytest.raises(AssertionError, match="stale index"):
-        assert_memos_fresh(store)
+    assert_caught("stale index", moved_away)
 
 
 def test_the_property_catches_contexts_kept_through_a_route_event(
@@ -417,12 +462,31 @@ def test_the_property_catches_contexts_kept_through_a_route_event(
     services_by_route: None,
 ) -> None:
     """A route's write that forgets nothing: its contexts, and its part of foo's, stay."""
-    monkeypatch.setattr(memo.StructureMemo, "forget_route", lambda self, route, services: None)
+    monkeypatch.setattr(
+        memo.StructureMemo, "forget_route", lambda self, route, services, reaching: None
+    )
+    assert_caught("stale contexts", moved_away)
+
+
+def test_the_property_catches_a_reach_kept_through_a_route_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A route's write that keeps every reach: r1's old Gateway still holds it below."""
+    monkeypatch.setattr(memo, "_reaching", lambda route, objs, services, store: set())
+    assert_caught("stale reach", moved_away)
+
+
+def test_the_property_catches_a_reach_kept_below_a_mesh_route(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A route whose parent is a Service is below whatever reaches that Service: dropping only
+    the reach below the route, its parent and its Services leaves the Gateway above foo stale."""
+    monkeypatch.setattr(
+        memo, "_reaching", lambda route, objs, services, store: {route, *services, FOO}
+    )
     store = changes.base_store()
-    assert_memos_fresh(store)
-    moved_away(store)
-    with pytest.raises(AssertionError, match="stale contexts"):
-        assert_memos_fresh(store)
+    changes.apply(store, ("upsert", changes.route_doc("apps", "r2", 4, 1)))  # r2's parent: foo
+    assert_caught("stale reach", lambda store: store.delete(route("apps", "r2")), store)
 
 
 def test_the_property_catches_a_service_part_put_in_the_wrong_place(

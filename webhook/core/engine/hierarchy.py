@@ -482,14 +482,18 @@ def _kept_reach(
     inherited: bool,
     structure: StructureMemo,
 ) -> tuple[ObjectKey, ...]:
-    """Who lies below a rung is structure only: kept until a hierarchy object changes, so a
-    wide policy's impact preview and fan-out walk the tree once, not on every review; kept in
-    ladder order, sorted once when walked."""
+    """Who lies below a rung is structure only: kept until a route below it or a hierarchy
+    object changes (`StructureMemo.forget_route`), so a wide policy's impact preview and
+    fan-out walk the tree once, not on every review; kept in ladder order, sorted once when
+    walked. Below a route lie its own Services, read from the route: walked each time, not
+    kept, so that the reach of each route written (every route event asks for it) does not
+    pile up for the next write to sift through."""
     ordered = structure.reach.get((target, section, inherited))
     if ordered is None:
         found = _affected_by(target, section, view, inherited, structure)
         ordered = tuple(kinds.in_ladder_order(found))
-        structure.remember_reach((target, section, inherited), ordered)
+        if target.group_kind not in kinds.ROUTE_KINDS:
+            structure.remember_reach((target, section, inherited), ordered)
     return ordered
 
 

@@ -17,7 +17,7 @@ that route, so that a route event costs the same beside 10 routes or 10,000:
 | part | holds | a route written | any other write |
 |---|---|---|---|
 | `index` | references between hierarchy objects, by referent (`hierarchy_index`) | its entries moved | a hierarchy object's entries moved |
-| `structure` | contexts, a Service's contexts by route, printed paths, parentRef and backendRef readings, reach below rungs | its contexts and backendRefs, its part of its Services' contexts, every reach | started over, if structural |
+| `structure` | contexts, a Service's contexts by route, printed paths, parentRef and backendRef readings, reach below rungs | its contexts and backendRefs, its part of its Services' contexts, the reach below rungs above it | started over, if structural |
 | `ladders` | per annotated object: its contexts grouped by the rungs holding policies, the kinds reaching it, its sections | its own and its Services' | started over, if structural |
 | `engine` | policies attached per key and rung, stanza leaves, board results, and each board's JSON for the annotation (`summary`) | kept: a route is no input of these | started over |
 | `hubs` | per busy Service, its contexts' paths by route, kind and signature (where policies attach, not their values), made and read in the layer above (`annotation.hubs`) | its piece of its Services' | started over, if structural |
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from webhook.core.engine import hierarchy_index
-from webhook.core.engine.attachment import backend_refs
+from webhook.core.engine.attachment import backend_refs, listener_set_parent, parent_refs
 from webhook.core.model import kinds
 from webhook.core.model.meta import labels_of
 from webhook.core.model.policy import Policy
@@ -74,6 +74,9 @@ MIN_ENTRIES = 50_000
 def entry_limit(store: Store) -> int:
     return MIN_ENTRIES + ENTRIES_PER_OBJECT * store.size()
 
+
+# A reach below a rung: (the rung's key, its section, whether inherited) — `hierarchy`.
+ReachKey = tuple[ObjectKey, "str | None", bool]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -164,21 +167,26 @@ class StructureMemo:
     parents: ParentMemo = field(default_factory=dict)
     paths: dict[Context, tuple[str, ...]] = field(default_factory=dict)  # context → printed
     backends: Table[ObjectKey, list[BackendRef]] = field(default_factory=dict)  # route → refs
-    reach: dict[tuple[ObjectKey, str | None, bool], tuple[ObjectKey, ...]] = field(
+    reach: dict[ReachKey, tuple[ObjectKey, ...]] = field(
         default_factory=dict
     )  # (rung, inherited) → the objects below it, in ladder order (`hierarchy.reach_in_order`)
+    reach_at: dict[ObjectKey, list[ReachKey]] = field(default_factory=dict)  # by the rung's key
     reached: int = 0  # keys held in `reach`, all entries together
 
-    def remember_reach(
-        self, memo_key: tuple[ObjectKey, str | None, bool], found: tuple[ObjectKey, ...]
-    ) -> None:
+    def remember_reach(self, memo_key: ReachKey, found: tuple[ObjectKey, ...]) -> None:
+        if memo_key not in self.reach:
+            self.reach_at.setdefault(memo_key[0], []).append(memo_key)
+        self.reached += len(found) - len(self.reach.get(memo_key, ()))
         self.reach[memo_key] = found
-        self.reached += len(found)
 
-    def forget_route(self, route: ObjectKey, services: set[ObjectKey]) -> None:
+    def forget_route(
+        self, route: ObjectKey, services: set[ObjectKey], reaching: set[ObjectKey] | None
+    ) -> None:
         """What passes through a written route: its contexts and backendRefs, its part of its
-        Services' contexts (`services`: its backends before and after), and every reach (a
-        route's move changes what lies below each rung above it)."""
+        Services' contexts (`services`: its backends before and after), and the reach below
+        the rungs whose walk may pass it (`reaching`, by key; None: every reach). The reach
+        below any other rung stands, so a wide policy's review after a route's write
+        elsewhere does not walk its target again."""
         _forget(self.contexts, route)
         _forget(self.backends, route)
         for service in services:
@@ -188,9 +196,16 @@ class StructureMemo:
                 if parts.pending is None:
                     parts.pending = set()
                 parts.pending.add(route)
-        if self.reach:
+        if not self.reach:
+            return
+        if reaching is None:
             self.reach.clear()
+            self.reach_at.clear()
             self.reached = 0
+            return
+        for key in reaching:
+            for memo_key in self.reach_at.pop(key, ()):
+                self.reached -= len(self.reach.pop(memo_key))
 
     def full(self) -> bool:
         held = len(self.contexts) + len(self.parents) + len(self.paths) + len(self.backends)
@@ -324,7 +339,9 @@ class StoreMemo:
         services = {
             ref.key for obj in (old, new) if obj is not None for ref in backend_refs(route, obj)
         }
-        self._structure.forget_route(route, services)
+        structure = self._structure
+        reaching = _reaching(route, (old, new), services, self._store) if structure.reach else None
+        structure.forget_route(route, services, reaching)
         reached = self._ladders.reached
         reached.pop(route, None)
         for service in services:
@@ -344,6 +361,52 @@ class StoreMemo:
             self._hubs = {}  # where policies attach, as the ladders: not their values
             self._hubs_wanted = set()
         self._engine = EngineMemo(limit)
+
+
+def _reaching(
+    route: ObjectKey,
+    objs: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None],
+    services: set[ObjectKey],
+    store: Store,
+) -> set[ObjectKey] | None:
+    """The keys of every rung whose reach may hold `route` (as `objs`, before and after), or
+    None for all of them.
+
+    A walk below a rung (`hierarchy.affected_by`) comes to a route only from its parents, and
+    to those from a ListenerSet's Gateway, a Gateway's class and Namespaces; it leaves a route
+    only for its Services. So a route on Gateways and ListenerSets can change the reach below
+    those, their Gateways and classes, the Namespaces of all of them, itself and its Services,
+    and no other. A route whose parent is anything else (a Service, for a mesh) is below
+    whatever reaches that Service, through any route: None. Read from the store as it is now:
+    a Gateway's or ListenerSet's own write starts the structure over anyway.
+    """
+    found = {route, *services}
+    for obj in objs:
+        if obj is None:
+            continue
+        for ref in parent_refs(route, obj):
+            gk = ref.key.group_kind
+            if gk == kinds.LISTENER_SET:
+                listener_set = store.get(ref.key)
+                gateway = listener_set_parent(ref.key, listener_set) if listener_set else None
+                if gateway is not None:
+                    found.add(gateway)
+            elif gk != kinds.GATEWAY:
+                return None
+            found.add(ref.key)
+    for key in list(found):
+        if key.group_kind == kinds.GATEWAY:
+            gateway_obj = store.get(key)
+            spec = gateway_obj.get("spec") if gateway_obj is not None else None
+            class_name = spec.get("gatewayClassName") if isinstance(spec, Mapping) else None
+            if isinstance(class_name, str) and class_name:
+                found.add(ObjectKey(kinds.GATEWAY_CLASS.group, "GatewayClass", "", class_name))
+    found.update(_namespace(key.namespace) for key in list(found) if key.namespace)
+    return found
+
+
+def _namespace(name: str) -> ObjectKey:
+    return ObjectKey(kinds.NAMESPACE.group, "Namespace", "", name)
 
 
 class OverlayMemo:
