@@ -438,7 +438,7 @@ def moved_away(store: Store) -> None:
     changes.apply(store, ("upsert", changes.route_doc("apps", "r1", 2, 1)))
 
 
-FOO = ObjectKey("", "Service", "apps", "foo")
+FOO, BAR = ObjectKey("", "Service", "apps", "foo"), ObjectKey("", "Service", "apps", "bar")
 
 
 def assert_caught(
@@ -472,7 +472,7 @@ def test_the_property_catches_a_reach_kept_through_a_route_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A route's write that keeps every reach: r1's old Gateway still holds it below."""
-    monkeypatch.setattr(memo, "_reaching", lambda route, objs, services, store: set())
+    monkeypatch.setattr(memo, "_reaching", lambda route, objs, store: set())
     assert_caught("stale reach", moved_away)
 
 
@@ -481,9 +481,7 @@ def test_the_property_catches_a_reach_kept_below_a_mesh_route(
 ) -> None:
     """A route whose parent is a Service is below whatever reaches that Service: dropping only
     the reach below the route, its parent and its Services leaves the Gateway above foo stale."""
-    monkeypatch.setattr(
-        memo, "_reaching", lambda route, objs, services, store: {route, *services, FOO}
-    )
+    monkeypatch.setattr(memo, "_reaching", lambda route, objs, store: {route, FOO, BAR})
     store = changes.base_store()
     changes.apply(store, ("upsert", changes.route_doc("apps", "r2", 4, 1)))  # r2's parent: foo
     assert_caught("stale reach", lambda store: store.delete(route("apps", "r2")), store)

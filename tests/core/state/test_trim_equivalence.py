@@ -9,26 +9,24 @@ vendors' policies against routes as users write them), finding for finding.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.core.rules.test_realworld import CASES, placed, state_paths
 from tests.fixtures.budget import whole_clusters
 from tests.fixtures.changes import GROUP, STARTS, Op, apply, base_store, grant_doc
-from tests.fixtures.paths import REALWORLD
 from webhook.core.admission import validation as admission
 from webhook.core.annotation.summary import summarize
-from webhook.core.model import kinds, scopes
+from webhook.core.model import kinds
 from webhook.core.model.refs import GATEWAY_GROUP, ObjectKey, key_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.core.state.trim import trim
-
-CASES: list[dict[str, Any]] = yaml.safe_load((REALWORLD / "cases.yaml").read_text(encoding="utf-8"))
+from webhook.shell.cli.manifests import load_store
 
 # What routes say that no summary reads, drawn onto the random clusters' routes.
 MATCHES = st.lists(
@@ -110,34 +108,14 @@ def test_every_summary_of_a_random_cluster_is_the_same_trimmed(
     assert {key: summarize(key, trimmed, Settings()) for key in keys} == values
 
 
-def _documents() -> list[dict[str, Any]]:
-    files = [*sorted((REALWORLD / "crds").glob("*.yaml")), REALWORLD / "state.yaml"]
-    return [
-        doc
-        for path in files
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
-        if isinstance(doc, dict)
-    ]
-
-
-def _placed(cases: Iterable[Mapping[str, Any]]) -> list[Any]:
-    """The cases' policies as `kubectl apply -n <namespace>` sends them."""
-    crds = [d for d in _documents() if d.get("kind") == "CustomResourceDefinition"]
-    scoped = scopes.cluster_scoped_kinds(crds)
-    return [
-        scopes.as_applied(
-            c["policy"], namespace=c.get("namespace", "default"), cluster_scoped=scoped
-        )
-        for c in cases
-    ]
-
-
 @pytest.fixture(scope="module")
 def stores() -> tuple[Store, Store]:
-    whole, trimmed = Store(), Store()
-    for doc in _documents():
-        whole.upsert(doc)
-        trimmed.upsert(trim(doc))
+    """The real-world state as `test_realworld` loads it, whole, and the same objects trimmed."""
+    whole, _ = load_store(state_paths())
+    trimmed = Store()
+    for gk in sorted(whole.all_kinds()):
+        for obj in whole.objects(gk):
+            trimmed.upsert(trim(obj))
     return whole, trimmed
 
 
@@ -154,7 +132,8 @@ def test_the_real_world_routes_say_what_trimming_drops(stores: tuple[Store, Stor
 def test_a_real_world_policy_gets_the_same_verdict_and_findings(
     stores: tuple[Store, Store], case: Mapping[str, Any]
 ) -> None:
-    (obj,) = _placed([case])
+    whole, trimmed = stores
+    obj = placed(case, whole)
     key: ObjectKey | None = key_of(obj)
     assert key is not None
 
@@ -162,4 +141,4 @@ def test_a_real_world_policy_gets_the_same_verdict_and_findings(
         verdict = admission.check_policy(obj, key.group_kind, view=view, settings=Settings())
         return [f.text for f in [*verdict.denials, *verdict.warnings]]
 
-    assert said(stores[1]) == said(stores[0])
+    assert said(trimmed) == said(whole)

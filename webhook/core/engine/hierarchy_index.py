@@ -19,7 +19,7 @@ from webhook.core.engine.attachment import (
     spec_mapping,
 )
 from webhook.core.model import kinds, meta
-from webhook.core.model.refs import ObjectKey
+from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, ObjectKey
 from webhook.core.state.store import ClusterView
 
 Table = Literal["class", "listenerset", "parent", "backend", "namespace"]
@@ -106,6 +106,19 @@ class HierarchyIndex:
             for bucket, member in _edges(key, new) if new is not None else ():
                 added.setdefault(bucket, set()).add(member)
         return HierarchyIndex(added, removed, self)
+
+
+def referents(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Table, ObjectKey]]:
+    """What one object refers to, by table, as keys: its Namespace, a Gateway's class, a
+    ListenerSet's Gateway, a route's parents and backends. The reverse of the lookups above:
+    where a walk down the hierarchy, which goes by those lookups, comes to this object from."""
+    for (table, referent), _ in _edges(key, obj):
+        if table == "namespace":
+            yield table, ObjectKey(CORE_GROUP, "Namespace", "", str(referent))
+        elif table == "class":
+            yield table, ObjectKey(GATEWAY_GROUP, "GatewayClass", "", str(referent))
+        elif isinstance(referent, ObjectKey):
+            yield table, referent
 
 
 def _edges(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Bucket, ObjectKey]]:

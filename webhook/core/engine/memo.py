@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from webhook.core.engine import hierarchy_index
-from webhook.core.engine.attachment import backend_refs, listener_set_parent, parent_refs
+from webhook.core.engine.attachment import backend_refs
 from webhook.core.model import kinds
 from webhook.core.model.meta import labels_of
 from webhook.core.model.policy import Policy
@@ -340,7 +340,7 @@ class StoreMemo:
             ref.key for obj in (old, new) if obj is not None for ref in backend_refs(route, obj)
         }
         structure = self._structure
-        reaching = _reaching(route, (old, new), services, self._store) if structure.reach else None
+        reaching = _reaching(route, (old, new), self._store) if structure.reach else None
         structure.forget_route(route, services, reaching)
         reached = self._ladders.reached
         reached.pop(route, None)
@@ -366,47 +366,36 @@ class StoreMemo:
 def _reaching(
     route: ObjectKey,
     objs: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None],
-    services: set[ObjectKey],
     store: Store,
 ) -> set[ObjectKey] | None:
     """The keys of every rung whose reach may hold `route` (as `objs`, before and after), or
     None for all of them.
 
-    A walk below a rung (`hierarchy.affected_by`) comes to a route only from its parents, and
-    to those from a ListenerSet's Gateway, a Gateway's class and Namespaces; it leaves a route
-    only for its Services. So a route on Gateways and ListenerSets can change the reach below
-    those, their Gateways and classes, the Namespaces of all of them, itself and its Services,
-    and no other. A route whose parent is anything else (a Service, for a mesh) is below
-    whatever reaches that Service, through any route: None. Read from the store as it is now:
-    a Gateway's or ListenerSet's own write starts the structure over anyway.
+    A walk below a rung (`hierarchy.affected_by`) goes down by the index's lookups, so it comes
+    to the route only from what the route refers to, and to those from what they refer to
+    (`hierarchy_index.referents`): its parents and Services, a ListenerSet's Gateway, a
+    Gateway's class, the Namespaces of all of them. The reach below any other rung cannot
+    change. A route whose parent is anything but a Gateway or ListenerSet (a Service, for a
+    mesh) is below whatever reaches that Service, through any route: None. Read from the store
+    as it is now: a Gateway's or ListenerSet's own write starts the structure over anyway.
     """
-    found = {route, *services}
-    for obj in objs:
-        if obj is None:
-            continue
-        for ref in parent_refs(route, obj):
-            gk = ref.key.group_kind
-            if gk == kinds.LISTENER_SET:
-                listener_set = store.get(ref.key)
-                gateway = listener_set_parent(ref.key, listener_set) if listener_set else None
-                if gateway is not None:
-                    found.add(gateway)
-            elif gk != kinds.GATEWAY:
+    found = {route}
+    frontier = [(route, obj) for obj in objs if obj is not None]
+    while frontier:
+        key, obj = frontier.pop()
+        for table, referent in hierarchy_index.referents(key, obj):
+            if table == "parent" and referent.group_kind not in _WALKED_PARENTS:
                 return None
-            found.add(ref.key)
-    for key in list(found):
-        if key.group_kind == kinds.GATEWAY:
-            gateway_obj = store.get(key)
-            spec = gateway_obj.get("spec") if gateway_obj is not None else None
-            class_name = spec.get("gatewayClassName") if isinstance(spec, Mapping) else None
-            if isinstance(class_name, str) and class_name:
-                found.add(ObjectKey(kinds.GATEWAY_CLASS.group, "GatewayClass", "", class_name))
-    found.update(_namespace(key.namespace) for key in list(found) if key.namespace)
+            if referent not in found:
+                found.add(referent)
+                above = store.get(referent)
+                if above is not None:
+                    frontier.append((referent, above))
     return found
 
 
-def _namespace(name: str) -> ObjectKey:
-    return ObjectKey(kinds.NAMESPACE.group, "Namespace", "", name)
+# Parents whose routes a walk reaches only through them (`_reaching`).
+_WALKED_PARENTS = frozenset({kinds.GATEWAY, kinds.LISTENER_SET})
 
 
 class OverlayMemo:
