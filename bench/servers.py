@@ -10,11 +10,12 @@ aiohttp HTTPS endpoint with the same TLS context that reads the body, takes `req
 answers `allowed: true`. With `--annotate` and `--watch` the no-op becomes the end-to-end
 benchmark's *floor*: what any webhook that annotates must make the API server do, at no cost of
 its own — /mutate answers with a JSON Patch that adds the annotation in FILE (the size of ours)
-to an object that lacks it, and one watch of PATH reads and decodes every event, as the
-smallest informer would. On SIGUSR1 the floor reads FILE again and patches that annotation
-onto every route its watch has seen, as a reconciler would after a policy edit, within ours'
-default limits (`--reconcile-qps`, `--reconcile-burst`, `--reconcile-workers`): the floor of
-a fan-out, each patch coming back through its /mutate as ours' patches come back through ours.
+to an object that lacks it, and PATH is listed and then watched from the list's
+resourceVersion, every event read and decoded, as the smallest informer would. On SIGUSR1
+the floor reads FILE again and patches that annotation onto every route its watch has seen,
+as a reconciler would after a policy edit, within ours' default limits (`--reconcile-qps`,
+`--reconcile-burst`, `--reconcile-workers`): the floor of a fan-out, each patch coming back
+through its /mutate as ours' patches come back through ours.
 Both print `READY <port>` on stdout once they accept connections and stop on SIGTERM. Logs go
 to stderr, which the harness sends to a file.
 
@@ -170,8 +171,16 @@ def _annotating(floor: _Floor) -> Callable[[web.Request], Any]:
 
 
 async def _watch(kubeconfig: Path, path: str, floor: _Floor | None) -> None:
-    """One watch of `path`, each event read and decoded, again whenever the server ends it;
-    the names of the objects it holds kept in `floor`."""
+    """Keep `path` as an informer does: list it, then watch from the list's resourceVersion
+    with bookmarks, each event read and decoded; resume from the last version seen when the
+    server ends the watch, list again after a `410 Gone`. The names of the objects held are
+    kept in `floor`.
+
+    An informer's watch is the one ours' informers keep (`webhook/shell/cluster/informers.py`);
+    a watch without a resourceVersion is not the same request everywhere (API servers of
+    v1.27 before its fix serve it from etcd, not from the watch cache). On the v1.20 API
+    server of the benchmark the two cost the same, measured alternating (bench/e2e-findings.md).
+    """
     import aiohttp
     import orjson
 
@@ -179,9 +188,21 @@ async def _watch(kubeconfig: Path, path: str, floor: _Floor | None) -> None:
 
     api = Api(kubeconfig)
     base = f"https://{api.host}:{api.port}"
+    version: str | None = None
     async with aiohttp.ClientSession(base) as session:
         while True:
-            params = {"watch": "true", "timeoutSeconds": "600"}
+            if version is None:
+                async with session.get(path, ssl=api.context) as reply:
+                    listed = orjson.loads(await reply.read())
+                version = listed["metadata"]["resourceVersion"]
+                if floor is not None:
+                    floor.names = {item["metadata"]["name"] for item in listed["items"]}
+            params = {
+                "watch": "true",
+                "timeoutSeconds": "600",
+                "resourceVersion": version,
+                "allowWatchBookmarks": "true",
+            }
             async with session.get(
                 path, params=params, ssl=api.context, timeout=aiohttp.ClientTimeout(total=None)
             ) as reply:
@@ -189,12 +210,17 @@ async def _watch(kubeconfig: Path, path: str, floor: _Floor | None) -> None:
                     if not line.strip():
                         continue
                     event = orjson.loads(line)
-                    if floor is not None:
-                        name = event["object"]["metadata"]["name"]
-                        if event["type"] == "DELETED":
-                            floor.names.discard(name)
-                        else:
-                            floor.names.add(name)
+                    kind, obj = event["type"], event["object"]
+                    if kind == "ERROR":  # a Status: 410 Gone, the version too old to resume
+                        version = None
+                        break
+                    version = obj["metadata"]["resourceVersion"]
+                    if floor is None or kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED":
+                        floor.names.discard(obj["metadata"]["name"])
+                    else:
+                        floor.names.add(obj["metadata"]["name"])
 
 
 async def _fan_out(kubeconfig: Path, path: str, floor: _Floor) -> None:
