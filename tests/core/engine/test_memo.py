@@ -191,6 +191,37 @@ def test_an_edit_of_a_policys_values_keeps_every_ladder() -> None:
     assert '"blue"' in (summary.summarize(R1, store, changes.SETTINGS) or "")
 
 
+def route_on_gw_with_rules(name: str, rules: str) -> str:
+    return f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: apps}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: {rules}
+"""
+
+
+def test_kept_ladders_hold_one_set_of_section_names_for_objects_that_have_the_same() -> None:
+    """A ladder is kept per object, with the object's section names: routes with the same rule
+    names (Services with the same port names) keep one set between them, not one each — at
+    the benchmark's default scale, 105 distinct sets among 15,259 objects."""
+    store = store_of(
+        CRDS,
+        STATE,
+        route_on_gw_with_rules("r2", "[{name: a}, {name: b}]"),
+        route_on_gw_with_rules("r3", "[{name: b}, {name: a}]"),
+    )
+    r2, r3 = route("apps", "r2"), route("apps", "r3")
+    for key in (r2, r3):
+        effective.compute(key, store)
+    ladders = memo.ladders_of(store)
+    assert ladders is not None
+    kept_r2, kept_r3 = ladders.reached[r2].sections, ladders.reached[r3].sections
+    assert kept_r2 == kept_r3 == frozenset({"a", "b"})
+    assert kept_r2 is kept_r3
+
+
 def retargeted(store: Store) -> dict[str, object]:
     doc = copy.deepcopy(dict(store.get(POLICY) or {}))
     doc["spec"]["targetRefs"] = [
