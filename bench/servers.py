@@ -177,9 +177,10 @@ async def _watch(kubeconfig: Path, path: str, floor: _Floor | None) -> None:
     kept in `floor`.
 
     An informer's watch is the one ours' informers keep (`webhook/shell/cluster/informers.py`);
-    a watch without a resourceVersion is not the same request everywhere (API servers of
-    v1.27 before its fix serve it from etcd, not from the watch cache). On the v1.20 API
-    server of the benchmark the two cost the same, measured alternating (bench/e2e-findings.md).
+    a watch without a resourceVersion is not the same request everywhere (from v1.27 until
+    patch releases of 2024, API servers served it from etcd, not from the watch cache). On the
+    v1.20 API server of the benchmark the two cost the same, measured alternating
+    (bench/e2e-findings.md).
     """
     import aiohttp
     import orjson
