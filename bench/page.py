@@ -115,8 +115,7 @@ def _not_met(text: prose.Prose, f: Mapping[str, float], values: Mapping[str, str
         "http_mutate_core_ms_per_request",
         "http_mutate_stack_ms_per_request",
         "http_noop_mutate_cpu_ms_per_request",
-        "scale_validate_cat_valid_gateway_median_ms",
-        "scale_validate_cat_valid_namespace_median_ms",
+        *_wide_medians("validate"),
         "scale_validate_light_p99_ms",
     ):
         return []
@@ -126,9 +125,6 @@ def _not_met(text: prose.Prose, f: Mapping[str, float], values: Mapping[str, str
         / (f[f"http_noop_{mix}_cpu_ms_per_request"] + f[f"http_{mix}_core_ms_per_request"])
         for mix in ("validate", "mutate")
     }
-    again_names = [
-        f"scale_validate_again_cat_valid_{c}_median_ms" for c in ("gateway", "namespace")
-    ]
     return [
         *text.lines(
             "not_met",
@@ -136,7 +132,7 @@ def _not_met(text: prose.Prose, f: Mapping[str, float], values: Mapping[str, str
             ceiling_validate=_n(ceiling["validate"]),
             ceiling_mutate=_n(ceiling["mutate"]),
             again=""
-            if _missing(f, *again_names)
+            if _missing(f, *_wide_medians("validate_again"))
             else text.aside("again", values, after_write=_after_write(text, f, values)),
         ),
         *_fixed_rate_reading(text, f, values),
@@ -147,11 +143,14 @@ def _not_met(text: prose.Prose, f: Mapping[str, float], values: Mapping[str, str
 
 
 def _after_write(text: prose.Prose, f: Mapping[str, float], values: Mapping[str, str]) -> str:
-    names = [
-        f"scale_validate_after_route_write_cat_valid_{c}_median_ms"
-        for c in ("gateway", "namespace")
-    ]
-    return "" if _missing(f, *names) else text.aside("after_write", values)
+    missing = _missing(f, *_wide_medians("validate_after_route_write"))
+    return "" if missing else text.aside("after_write", values)
+
+
+def _wide_medians(phase: str) -> list[str]:
+    """The median figures of the Gateway- and Namespace-wide reviews (`traffic.HEAVY`) in one
+    phase of `bench.scale` (`validate`, `validate_again`, …), named as it names them."""
+    return [f"scale_{phase}_cat_{c.replace('-', '_')}_median_ms" for c in sorted(traffic.HEAVY)]
 
 
 def _fixed_rate_reading(

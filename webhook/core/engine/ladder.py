@@ -130,8 +130,9 @@ def _path(context: Context, paths: dict[Context, tuple[str, ...]]) -> tuple[str,
 def _with_shared_parts(found: Reached, shared: dict[Any, Any]) -> Reached:
     """`found` as kept for later states: equal rung tuples, kind lists and section-name sets
     shared between objects (a handful of distinct ones among thousands: at the benchmark's
-    default scale, 105 distinct sets of section names among 15,259), indices as tuples. What is kept is what
-    every full garbage collection walks, so it is kept small (docs/performance.md)."""
+    default scale, 105 distinct sets of section names among 15,259), indices as tuples. What
+    is kept is what every full garbage collection walks, so it is kept small
+    (docs/performance.md)."""
     ladder = found.ladder
     by_policy_rungs = {
         shared.setdefault(rungs, rungs): tuple(ix) for rungs, ix in ladder.by_policy_rungs.items()
