@@ -286,7 +286,7 @@ def test_the_value_assembled_from_pieces_is_the_value_dumped_whole() -> None:
         value, spans = summary.assemble(pieces)
         assert value == summary.dump(summary.summary_value(results))
         assert len(pieces) > 0 and summary.pieces_in(value or "", spans) == pieces
-    assert summary.assemble({}) == (None, {})
+    assert summary.assemble({}) == (None, summary.NO_SPANS)
 
 
 def test_every_value_names_its_kinds_with_the_same_strings() -> None:
@@ -298,10 +298,23 @@ def test_every_value_names_its_kinds_with_the_same_strings() -> None:
     names: dict[str, list[str]] = {}
     for key in OBSERVED:
         pieces = summary.pieces_of(effective.compute(key, store, with_losers=False))
-        for name in summary.assemble(pieces)[1]:
+        for name in summary.assemble(pieces)[1].names:
             names.setdefault(name, []).append(name)
     assert any(len(same) > 1 for same in names.values())  # a kind that reaches several objects
     assert all(all(name is same[0] for name in same) for same in names.values())
+
+
+def test_values_with_the_same_kinds_share_one_tuple_of_their_names() -> None:
+    store = Store()
+    for doc in EVERY_DOC:
+        store.upsert(doc)
+    kept: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    for key in OBSERVED:
+        pieces = summary.pieces_of(effective.compute(key, store, with_losers=False))
+        names = summary.assemble(pieces)[1].names
+        kept.setdefault(names, []).append(names)
+    assert any(len(same) > 1 for same in kept.values())
+    assert all(all(names is same[0] for names in same) for same in kept.values())
 
 
 # --- cutting to the cap (SPEC §3.3), against an oracle that dumps every candidate ----------------

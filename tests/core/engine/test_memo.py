@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.fixtures import changes
 from tests.fixtures.budget import examples
-from tests.fixtures.engine import CRDS, gateway, route, store_of
+from tests.fixtures.engine import CLUSTER, CRDS, gateway, gateway_class, route, service, store_of
 from webhook.core.annotation import summary
 from webhook.core.engine import effective, hierarchy, memo
 from webhook.core.engine.hierarchy_index import HierarchyIndex
@@ -550,3 +550,53 @@ def test_the_property_catches_a_memo_that_skips_writes_it_did_not_see(
     changes.apply(store, ("upsert", changes.namespace_doc("shop", 2)))
     with pytest.raises(AssertionError, match=r"stale (index|contexts)"):
         assert_memos_fresh(store)
+
+
+# Beside `CLUSTER`'s route `r` (apps, on the Gateway's https listener, to Services foo and bar):
+# another route of `apps` to foo, and a route of another namespace on the same listener.
+MORE_ROUTES = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: web}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r2, namespace: apps}
+spec:
+  parentRefs: [{name: gw, namespace: infra, sectionName: https}]
+  rules: [{backendRefs: [{name: foo, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: w1, namespace: web}
+spec:
+  parentRefs: [{name: gw, namespace: infra, sectionName: https}]
+"""
+
+
+def test_contexts_hold_one_rung_for_each_level_they_share() -> None:
+    """Kept contexts share their rungs where they pass the same level: the Gateway's (and its
+    class's) for routes of every namespace, a namespace's for all its routes, a Service port's
+    for every route sending to it. Made anew per context, they were more than a quarter of the
+    contexts kept at the benchmark's default scale."""
+    store = store_of(CLUSTER, MORE_ROUTES)
+    by_rung: dict[hierarchy.Rung, list[hierarchy.Rung]] = {}
+    for key in (
+        route("apps", "r"),
+        route("apps", "r2"),
+        route("web", "w1"),
+        service("apps", "foo"),
+    ):
+        for context in hierarchy.contexts_of(key, store):
+            for rung in context:
+                by_rung.setdefault(rung, []).append(rung)
+    wanted = [
+        hierarchy.Rung(gateway_class("acme")),
+        hierarchy.Rung(gateway("infra", "gw"), "https"),
+        hierarchy.namespace_rung("apps"),
+        hierarchy.Rung(service("apps", "foo"), "http"),
+    ]
+    for rung in wanted:
+        found = by_rung[rung]
+        assert len(found) > 1, rung  # passed by several contexts
+        assert all(one is found[0] for one in found), rung

@@ -134,7 +134,7 @@ class SummaryCache:
 
     def _refreshed(self, key: ObjectKey, entry: _Entry) -> _Entry:
         """The entry with its stale kinds' pieces recomputed, the others kept as they were."""
-        pieces = summary.pieces_in(entry.value or "", entry.spans or {})
+        pieces = summary.pieces_in(entry.value or "", entry.spans or summary.NO_SPANS)
         for gk in entry.stale or ():
             pieces.pop(str(gk), None)
             pieces.update(summary.kind_pieces(key, self._store, gk))

@@ -343,7 +343,7 @@ def _rendered(
     written; the text's own size must then be the size counted, or None (computed whole).
     """
     if not entries:
-        return None, {}
+        return None, summary.NO_SPANS
     entries.sort(key=lambda entry: entry.name)
     whole = _size(entries, sources=True, truncated=False)
     if whole <= 2 * max_bytes:

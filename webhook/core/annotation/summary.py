@@ -9,6 +9,8 @@ whole anyway; the cap is a target for the rest, never a reason to hide which pol
 
 from __future__ import annotations
 
+import functools
+import struct
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -98,7 +100,42 @@ def rendered(
 # The value is assembled from one piece per kind — the JSON of `policies[kind]` — so that the
 # cache can replace the piece of the one kind a policy write touched (kinds never interact).
 Pieces = dict[str, str]  # kind name (`RetryPolicy.policies.example.com`) → its entry's JSON
-Spans = dict[str, tuple[int, int]]  # kind name → where its piece lies in the value
+
+
+class Spans(NamedTuple):
+    """Where each kind's piece lies in an assembled value (`pieces_in` reads them back).
+
+    Kept small, as a cache keeps one per object it annotates: `names`, sorted, is one tuple
+    for every value with the same kinds, and `bounds` packs each piece's start and end as
+    32-bit unsigned integers. Kept as a dict of (start, end) tuples they made the cache's own
+    bookkeeping about twice as large (docs/performance.md, *Choices*).
+    """
+
+    names: tuple[str, ...]
+    bounds: bytes
+
+
+NO_SPANS = Spans((), b"")
+# The kinds' names of values, one tuple per set of kinds (a handful in a cluster); the bound
+# only guards against a cluster whose kinds come and go for ever.
+_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+_MAX_NAME_SETS = 4096
+
+
+def _shared_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    found = _NAMES.get(names)
+    if found is None:
+        if len(_NAMES) >= _MAX_NAME_SETS:
+            _NAMES.clear()
+        # Interned: a handful of kinds' names made anew per value were tens of thousands of
+        # strings.
+        found = _NAMES[names] = tuple(sys.intern(name) for name in names)
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _bounds_format(kinds: int) -> struct.Struct:
+    return struct.Struct(f"<{2 * kinds}I")
 
 
 def pieces_of(results: Sequence[effective.KindResult], dumps: Dumps | None = None) -> Pieces:
@@ -110,20 +147,19 @@ def assemble(pieces: Pieces) -> tuple[str | None, Spans]:
     """The untruncated value, byte for byte `dump(summary_value(...))`, and where each piece
     lies in it; None when no kind reaches the object."""
     if not pieces:
-        return None, {}
+        return None, NO_SPANS
     parts = ['{"policies":{']
-    spans: Spans = {}
+    names = tuple(sorted(pieces))  # as orjson sorts keys: by code point
+    bounds: list[int] = []
     at = len(parts[0])
-    for i, name in enumerate(sorted(pieces)):  # as orjson sorts keys: by code point
+    for i, name in enumerate(names):
         head = f"{',' if i else ''}{dump(name)}:"
         at += len(head)
-        # Interned: a cache keeps the spans of every object, and a handful of kinds' names
-        # made anew per value were tens of thousands of strings.
-        spans[sys.intern(name)] = (at, at + len(pieces[name]))
+        bounds += (at, at + len(pieces[name]))
         at += len(pieces[name])
         parts += (head, pieces[name])
     parts.append(f'}},"truncated":false,"version":{VERSION}}}')
-    return "".join(parts), spans
+    return "".join(parts), Spans(_shared_names(names), _bounds_format(len(names)).pack(*bounds))
 
 
 def fit(pieces: Pieces, max_bytes: int) -> tuple[str | None, Spans] | None:
@@ -136,7 +172,8 @@ def fit(pieces: Pieces, max_bytes: int) -> tuple[str | None, Spans] | None:
 
 def pieces_in(value: str, spans: Spans) -> Pieces:
     """The pieces of an assembled value, back from their spans."""
-    return {name: value[start:end] for name, (start, end) in spans.items()}
+    bounds = _bounds_format(len(spans.names)).unpack(spans.bounds)
+    return {name: value[bounds[2 * i] : bounds[2 * i + 1]] for i, name in enumerate(spans.names)}
 
 
 def summary_value(

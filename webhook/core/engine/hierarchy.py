@@ -27,6 +27,7 @@ Decisions where SPEC §4 is silent (docs/decisions.md):
 from __future__ import annotations
 
 import bisect
+import functools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -80,6 +81,9 @@ class Rung(NamedTuple):
 Context = tuple[Rung, ...]
 
 
+# One rung per Namespace, however many contexts pass it: every route's and Service's context
+# has one or more, and a rung made anew per context was a seventh of the contexts kept (1x).
+@functools.lru_cache(maxsize=4096)
 def namespace_rung(name: str) -> Rung:
     return Rung(ObjectKey(CORE_GROUP, "Namespace", "", name))
 
@@ -216,9 +220,9 @@ def _contexts(key: ObjectKey, view: ClusterView, memo: StructureMemo) -> tuple[C
     elif gk == kinds.LISTENER_SET:
         found = _listener_set_contexts(key, obj, view)
     elif gk in kinds.ROUTE_KINDS:
-        found = _route_contexts(key, obj, view, memo.parents)
+        found = _route_contexts(key, obj, view, memo)
     elif gk == kinds.SERVICE:  # a Service behind few routes, made whole
-        ports, standalone = _named_ports(obj), _standalone(key)
+        ports, standalone = _port_rungs(key, obj), _standalone(key)
         routes = sorted(index_of(view).routes_of_backend(key))
         found = _chain(_contexts_through(key, r, ports, standalone, view, memo) for r in routes)
         found = found or [standalone]
@@ -298,16 +302,24 @@ ParentMemo = dict[tuple[ParentRef, str, str], list[Context]]
 
 
 def _route_contexts(
-    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: ParentMemo
+    key: ObjectKey, obj: Mapping[str, Any], view: ClusterView, memo: StructureMemo
 ) -> list[Context]:
     out: list[Context] = []
     tail = (namespace_rung(key.namespace), Rung(key))
+    parents = memo.parents
     for ref in parent_refs(key, obj):
         memo_key = (ref, key.namespace, key.kind)
-        if memo_key not in memo:
-            memo[memo_key] = _parent_contexts(ref, key, view)
-        out.extend((*parent, *tail) for parent in memo[memo_key])
+        if memo_key not in parents:
+            found = _parent_contexts(ref, key, view)
+            parents[memo_key] = [_kept_once(context, memo.rungs) for context in found]
+        out.extend((*parent, *tail) for parent in parents[memo_key])
     return out
+
+
+def _kept_once(context: Context, rungs: dict[Rung, Rung]) -> Context:
+    """The context, each rung replaced by the equal one the memo already holds (`rungs`): a
+    Gateway's rungs are made again for every namespace and kind of route that names it."""
+    return tuple([rungs.setdefault(rung, rung) for rung in context])
 
 
 def _parent_contexts(ref: ParentRef, route: ObjectKey, view: ClusterView) -> list[Context]:
@@ -362,7 +374,7 @@ def _service_parts(
     parts = memo.services.get(key)
     if parts is not None and not parts.pending:
         return parts
-    ports, standalone = _named_ports(obj), _standalone(key)
+    ports, standalone = _port_rungs(key, obj), _standalone(key)
     routes_here = index_of(view).routes_of_backend(key)
     if parts is None:
         parts = memo.services[key] = ServiceParts()
@@ -395,19 +407,21 @@ def _chain(parts: Iterable[Sequence[Context]]) -> list[Context]:
     return [context for part in parts for context in part]
 
 
-def _named_ports(obj: Mapping[str, Any]) -> dict[int, str]:
-    ports: dict[int, str] = {}
+def _port_rungs(key: ObjectKey, obj: Mapping[str, Any]) -> dict[int, Rung]:
+    """The rung of each named port of a Service, by number: made once per Service, and shared
+    by every context that ends at that port (one per route and backendRef)."""
+    ports: dict[int, Rung] = {}
     for item in kinds.section_items(kinds.SERVICE, obj):
         number, name = item.get("port"), item.get("name")
-        if isinstance(number, int) and isinstance(name, str) and name:
-            ports.setdefault(number, name)
+        if isinstance(number, int) and isinstance(name, str) and name and number not in ports:
+            ports[number] = Rung(key, name)
     return ports
 
 
 def _service_part(
     key: ObjectKey,
     route: ObjectKey,
-    ports: Mapping[int, str],
+    ports: Mapping[int, Rung],
     standalone: Context,
     view: ClusterView,
     memo: StructureMemo,
@@ -419,7 +433,7 @@ def _service_part(
 def _contexts_through(
     key: ObjectKey,
     route: ObjectKey,
-    ports: Mapping[int, str],
+    ports: Mapping[int, Rung],
     standalone: Context,
     view: ClusterView,
     memo: StructureMemo,
@@ -439,7 +453,7 @@ def _contexts_through(
     for ref in refs:
         rule = (Rung(route, ref.rule),) if ref.rule else ()
         port = ports.get(ref.port) if ref.port is not None else None
-        tails.append((*rule, *standalone, *((Rung(key, port),) if port else ())))
+        tails.append((*rule, *standalone, *((port,) if port else ())))
     return [(*ctx, *tail) for ctx in _known_contexts(route, view, memo) for tail in tails]
 
 

@@ -167,6 +167,7 @@ class StructureMemo:
     parents: ParentMemo = field(default_factory=dict)
     paths: dict[Context, tuple[str, ...]] = field(default_factory=dict)  # context → printed
     backends: Table[ObjectKey, list[BackendRef]] = field(default_factory=dict)  # route → refs
+    rungs: dict[Rung, Rung] = field(default_factory=dict)  # parents' rungs, kept once (`hierarchy`)
     reach: dict[ReachKey, tuple[ObjectKey, ...]] = field(
         default_factory=dict
     )  # (rung, inherited) → the objects below it, in ladder order (`hierarchy.reach_in_order`)
@@ -209,7 +210,7 @@ class StructureMemo:
 
     def full(self) -> bool:
         held = len(self.contexts) + len(self.parents) + len(self.paths) + len(self.backends)
-        return held + len(self.services) + self.reached > self.limit
+        return held + len(self.services) + len(self.rungs) + self.reached > self.limit
 
 
 @dataclass(slots=True)
@@ -629,6 +630,7 @@ def _layered_structure(overlay: OverlayView, base: StructureMemo) -> StructureMe
         contexts=_layer(base.contexts, replaced.keeps_contexts),
         parents=base.parents,
         paths=base.paths,
+        rungs=base.rungs,  # values: an equal rung is the same rung anywhere
         backends=_layer(base.backends, lambda key: key not in overlay.overlaid),
     )
 
