@@ -28,7 +28,7 @@ from typing import Any
 from bench import report, snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("http", "scale", "growth", "profile", "choices")
+PARTS = ("http", "scale", "memory", "growth", "profile", "choices")
 EXTRA_PARTS = ("e2e",)  # run only when named
 
 
@@ -89,6 +89,20 @@ def _env() -> dict[str, str]:
     }
 
 
+def _json_from(cmd: list[str]) -> dict[str, Any]:
+    """What a benchmark module prints, run in a fresh process on the measured code."""
+    done = subprocess.run(
+        cmd,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=snapshot.code_root(),
+        env=snapshot.env(),
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
 def run_scale(
     k: float, *, seed: int, reviews: int, lookups: int, fanout_repeats: int
 ) -> dict[str, Any]:
@@ -102,16 +116,7 @@ def run_scale(
         "--fanout-repeats",
         str(fanout_repeats),
     ]
-    done = subprocess.run(
-        cmd,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=snapshot.code_root(),
-        env=snapshot.env(),
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    return _json_from(cmd)
 
 
 def part_http(plan: Plan, seed: int) -> dict[str, Any]:
@@ -144,6 +149,18 @@ def part_scale(plan: Plan, seed: int) -> dict[str, Any]:
         f"validate p50/p99 {result['validate_median_ms']:.2f}/{result['validate_p99_ms']:.1f} ms, "
         f"fan-out {result['fanout_s']:.2f} s ({result['fanout_affected_routes']} routes), "
         f"peak RSS {result['peak_rss_mb']:.0f} MB"
+    )
+    return result
+
+
+def part_memory(plan: Plan, seed: int) -> dict[str, Any]:
+    """A converged leader's state weighed part by part, in a fresh process (`bench.memory`)."""
+    cmd = [sys.executable, "-m", "bench.memory", "--scale", str(plan.scale), "--seed", str(seed)]
+    result = _json_from(cmd)
+    largest = max(result["parts"], key=lambda part: part["bytes"])
+    log(
+        f"  {plan.scale:g}x: {result['counted_mb']:.0f} MB counted of {result['state_rss_mb']:.0f} MB held; "
+        f"largest part {largest['name']} {largest['bytes'] / 1e6:.0f} MB"
     )
     return result
 
@@ -196,15 +213,7 @@ def part_choices(plan: Plan, seed: int) -> dict[str, Any]:
         "--rounds",
         str(plan.choices_rounds),
     ]
-    done = subprocess.run(
-        cmd,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=snapshot.code_root(),
-        env=snapshot.env(),
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(done.stdout)
+    result = _json_from(cmd)
     log("  " + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k.endswith("speedup")))
     return result
 
@@ -293,6 +302,8 @@ def _run_parts(
             result = part_http(plan, seed)
         elif part == "scale":
             result = part_scale(plan, seed)
+        elif part == "memory":
+            result = part_memory(plan, seed)
         elif part == "growth":
             result = part_growth(plan, seed, done)
         elif part == "profile":

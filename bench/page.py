@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import math
 import platform
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,8 @@ def render(
         out += _http(text, parts["http"], flat, values)
     if "scale" in parts:
         out += _scale(text, parts["scale"])
+    if "memory" in parts:
+        out += _memory(text, parts["memory"])
     if "growth" in parts:
         out += _growth(text, parts["growth"])
     if "e2e" in parts:
@@ -326,6 +328,43 @@ def _scale(text: prose.Prose, s: Mapping[str, Any]) -> list[str]:
         consistent="yes" if s["fanout_consistent"] else "**no**",
         validate_categories="\n".join(_category_table(s, "validate_cat_")),
         mutate_categories="\n".join(_category_table(s, "mutate_cat_")),
+    )
+
+
+# The parts that hold the cluster and the answers themselves (`bench.memory.PARTS`); besides
+# them the store's indexes, and every other part is kept to make computing the answers cheap.
+_HELD_FOR_USERS = ("store_objects", "summary_values")
+_STORE_INDEXES = "store_indexes"
+
+
+def _memory(text: prose.Prose, m: Mapping[str, Any]) -> list[str]:
+    objects = m["objects"]
+    counted = sum(part["bytes"] for part in m["parts"])
+    table = [
+        "| part | what it holds | MB | bytes per object | share | largest: MB (count) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for part in m["parts"]:
+        largest = "; ".join(
+            f"{name} {size / 1e6:,.1f} ({count:,})" for name, size, count in part["top"][:2]
+        )
+        table.append(
+            f"| {part['name'].replace('_', ' ')} | {part['what']} | {part['bytes'] / 1e6:,.1f} "
+            f"| {part['bytes'] / objects:,.0f} | {part['bytes'] / counted:.0%} | {largest} |"
+        )
+
+    def kb_per_object(chosen: Callable[[str], bool]) -> str:
+        held = sum(part["bytes"] for part in m["parts"] if chosen(part["name"]))
+        return _n(held / objects / 1000)
+
+    return text.block(
+        "memory",
+        _figures(m, "memory_"),
+        size=f"{m['scale']:g}",
+        table="\n".join(table),
+        held_kb=kb_per_object(lambda name: name in _HELD_FOR_USERS),
+        indexes_kb=kb_per_object(lambda name: name == _STORE_INDEXES),
+        derived_kb=kb_per_object(lambda name: name not in (*_HELD_FOR_USERS, _STORE_INDEXES)),
     )
 
 

@@ -63,7 +63,7 @@ TARGETS: tuple[Target, ...] = (
 
 def load_parts(out: Path) -> dict[str, Any]:
     parts = {}
-    for name in ("http", "scale", "growth", "profile", "choices", "e2e"):
+    for name in ("http", "scale", "memory", "growth", "profile", "choices", "e2e"):
         path = out / f"{name}.json"
         if path.exists():
             parts[name] = json.loads(path.read_text(encoding="utf-8"))
@@ -80,6 +80,12 @@ def flatten(parts: Mapping[str, Any]) -> dict[str, float]:
         flat.update(_numbers({k: v for k, v in parts["http"].items() if k.startswith("http_")}))
     if "scale" in parts:
         flat.update(_numbers(parts["scale"], prefix="scale_"))
+    if "memory" in parts:
+        flat.update(_numbers(parts["memory"], prefix="memory_"))
+        for part in parts["memory"]["parts"]:
+            flat[f"memory_{part['name']}_bytes_per_object"] = (
+                part["bytes"] / parts["memory"]["objects"]
+            )
     if "growth" in parts:
         for run in parts["growth"]["runs"]:
             label = _scale_label(run["scale"])

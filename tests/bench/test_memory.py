@@ -1,0 +1,78 @@
+"""The memory breakdown (`bench.memory`): each object counted once, and every part it names is
+a table the webhook still has — a rename fails here, not on the performance page."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from bench import memory, snapshot
+
+
+def test_an_object_two_parts_hold_is_counted_in_the_first_only() -> None:
+    shared = "x" * 1000
+    weigher = memory._Weigher()
+    first = weigher.weigh([shared])
+    holder = [shared]
+    second = weigher.weigh([holder])
+    assert first["bytes"] == sys.getsizeof(shared)
+    assert second["bytes"] == sys.getsizeof(holder)  # the list, not the text again
+    assert second["top"] == [["list", sys.getsizeof(holder), 1]]
+
+
+def test_code_and_types_are_not_counted_as_state() -> None:
+    weigher = memory._Weigher()
+    weighed = weigher.weigh([[len, memory.measure, dict, memory]])
+    assert weighed["containers"] == 1  # the list only
+
+
+def _python(*args: str) -> str:
+    """What a fresh interpreter prints, run as `python -m bench` runs its measuring processes."""
+    done = subprocess.run(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=snapshot.code_root(),
+        env=snapshot.env(),
+        check=True,
+        timeout=120,
+    )
+    return done.stdout
+
+
+def _measured(scale: float) -> dict[str, Any]:
+    # A process of its own, as `python -m bench memory` runs it: the harness tunes and freezes
+    # the collector as `serve` does, which this test process must not.
+    result: dict[str, Any] = json.loads(
+        _python("-m", "bench.memory", "--scale", str(scale), "--seed", "1")
+    )
+    return result
+
+
+def test_a_converged_leader_is_weighed_in_every_part_it_holds() -> None:
+    result = _measured(0.02)
+    parts = {part["name"]: part for part in result["parts"]}
+    assert list(parts) == [name for name, _, _ in memory.PARTS]
+    for name in ("store_objects", "contexts", "paths", "ladders", "engine", "summary_values"):
+        assert parts[name]["bytes"] > 0, name
+    # Each non-empty annotation value is one text; nothing else is in that part but None.
+    values = parts["summary_values"]
+    assert values["top"][0][0] == "str"
+    assert values["top"][0][2] == result["summaries_nonempty"] > 0
+    assert result["counted_mb"] == sum(part["bytes"] for part in parts.values()) / 1e6
+    assert result["objects"] > result["annotated_objects"] > 0
+
+
+def test_a_fresh_process_measures_its_memory_above_its_own_start_not_its_parents_peak() -> None:
+    """`python -m bench` measures each size in a child; the child inherits its parent's peak
+    RSS across fork and exec, so a baseline read as a peak would take the parent's."""
+    grown = bytearray(64 * 2**20)
+    for at in range(0, len(grown), 4096):
+        grown[at] = 1  # resident, not only reserved
+    probe = "from bench.scale import resident_mb, rss_mb; print(resident_mb(), rss_mb())"
+    now, peak = (float(x) for x in _python("-c", probe).split())
+    assert peak - now > 48  # the parent's 64 MB show in the peak the child inherited …
+    assert now < 48 + len(grown) / 2**20 / 2  # … and not in what it holds at start
+    del grown
