@@ -12,8 +12,9 @@ Namespace (also when the Namespace object is not known); only Service backends c
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from webhook.core.model import kinds
@@ -154,7 +155,7 @@ class Attachments:
         self._on = memo.attached
         self._at = memo.by_rung
 
-    def on(self, key: ObjectKey) -> list[tuple[Policy, str | None]]:
+    def on(self, key: ObjectKey) -> Sequence[tuple[Policy, str | None]]:
         """(policy, section or None) for every policy attached to `key`, SPEC §4.4 order."""
         found = self._on.get(key)
         if found is None:
@@ -165,20 +166,25 @@ class Attachments:
                 if counts_on(p, key, self._view)
                 for section in p.sections_on(key, obj)
             }
-            found = sorted(pairs.values(), key=lambda ps: (ps[0].order_key, ps[1] or ""))
+            found = tuple(sorted(pairs.values(), key=lambda ps: (ps[0].order_key, ps[1] or "")))
             self._on[key] = found
         return found
 
-    def at(self, rung: Rung) -> Mapping[GroupKind, list[Policy]]:
+    def at(self, rung: Rung) -> Mapping[GroupKind, Sequence[Policy]]:
         """The policies attached exactly at `rung` (its object and section), by kind."""
         found = self._at.get(rung)
         if found is None:
-            found = {}
+            by_kind: dict[GroupKind, list[Policy]] = {}
             for policy, section in self.on(rung.key):
                 if section == rung.section:
-                    found.setdefault(policy.key.group_kind, []).append(policy)
-            self._at[rung] = found
+                    by_kind.setdefault(policy.key.group_kind, []).append(policy)
+            # Most rungs hold no policy: they share one empty answer instead of one each.
+            found = self._at[rung] = by_kind or NONE_AT
         return found
+
+
+# What `Attachments.at` answers for a rung that holds no policy (read-only, kept once).
+NONE_AT: Mapping[GroupKind, Sequence[Policy]] = MappingProxyType({})
 
 
 # --- who may attach where --------------------------------------------------------------------

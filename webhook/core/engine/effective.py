@@ -333,7 +333,7 @@ class _KindRules:
         groups = self._shared_boards(lad, levels, from_object, key.display())
         return self._result("Inherited", groups, refs, lad)
 
-    def levels(self, rungs: tuple[Rung, ...]) -> list[tuple[Rung, list[Policy]]]:
+    def levels(self, rungs: tuple[Rung, ...]) -> list[tuple[Rung, Sequence[Policy]]]:
         """The rungs holding a policy of this kind, with those policies, root first."""
         found = []
         for rung in rungs:
@@ -345,7 +345,7 @@ class _KindRules:
     def _shared_boards(
         self,
         lad: Ladder,
-        levels: Mapping[tuple[Rung, ...], list[tuple[Rung, list[Policy]]]],
+        levels: Mapping[tuple[Rung, ...], list[tuple[Rung, Sequence[Policy]]]],
         from_object: Mapping[leaves.Path, Any],
         object_at: str,
     ) -> list[ResultGroup]:
@@ -394,7 +394,7 @@ class _KindRules:
     def _inherited_board(
         self,
         context: Context,
-        levels: list[tuple[Rung, list[Policy]]],
+        levels: list[tuple[Rung, Sequence[Policy]]],
         from_object: Mapping[leaves.Path, Any],
         object_at: str,
     ) -> ContextResult:
@@ -440,11 +440,11 @@ class _KindRules:
             )
         return board.result(context)
 
-    def _offers(self, levels: list[tuple[Rung, list[Policy]]]) -> dict[Stanza, list[Offer]]:
+    def _offers(self, levels: list[tuple[Rung, Sequence[Policy]]]) -> dict[Stanza, list[Offer]]:
         """Each policy's stanzas in the order they get to choose: overrides root first,
         defaults target first; within a level, SPEC §4.4 order."""
         offers: dict[Stanza, list[Offer]] = {"override": [], "default": []}
-        walks: tuple[tuple[Stanza, list[tuple[Rung, list[Policy]]]], ...] = (
+        walks: tuple[tuple[Stanza, list[tuple[Rung, Sequence[Policy]]]], ...] = (
             ("override", levels),
             ("default", levels[::-1]),
         )

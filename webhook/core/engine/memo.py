@@ -32,7 +32,7 @@ synchronous, like the store: one thread.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -230,8 +230,8 @@ class EngineMemo:
     """Per-state results of the precedence engine, and the annotation's JSON of its boards."""
 
     limit: int
-    attached: Table[ObjectKey, list[tuple[Policy, str | None]]] = field(default_factory=dict)
-    by_rung: Table[Rung, dict[GroupKind, list[Policy]]] = field(default_factory=dict)
+    attached: Table[ObjectKey, Sequence[tuple[Policy, str | None]]] = field(default_factory=dict)
+    by_rung: Table[Rung, Mapping[GroupKind, Sequence[Policy]]] = field(default_factory=dict)
     leaves: Table[tuple[ObjectKey, str], dict[Path, Any]] = field(default_factory=dict)
     boards: Table[tuple[GroupKind, bool, tuple[Rung, ...]], ContextResult] = field(
         default_factory=dict
