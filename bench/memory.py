@@ -12,7 +12,8 @@ a memo shares with them (a policy's parts, a key) is not counted again there.
 The parts are the webhook's own tables, read by name: this harness knows them as a debugger
 would, and a rename fails its test (`tests/bench/test_memory.py`) rather than the page. What no
 part reaches — the allocator's free space, garbage that waits for a collection — is the
-difference between the process's resident memory above the interpreter's and the sum counted.
+difference between what the process holds once settled, above what it held at its start, and
+the sum counted.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import orjson
 
 from bench import synth
-from bench.scale import converge, resident_mb, rss_mb
+from bench.scale import converge, resident_mb
 from webhook.core.annotation.cache import DEFAULT_MAXSIZE, SummaryCache
 from webhook.core.engine import memo
 from webhook.core.model.refs import key_of
@@ -143,14 +144,14 @@ def converged_leader(k: float, seed: int) -> tuple[Store, SummaryCache, int]:
     heap.tune()
     cluster = synth.generate(synth.Shape().scaled(k), seed=seed)
     keys = [key for obj in cluster.annotated() if (key := key_of(obj)) is not None]
-    listed = [orjson.loads(orjson.dumps(obj)) for obj in cluster.objects()]
+    listed = [orjson.dumps(obj) for obj in cluster.objects()]
     objects = cluster.count()
     del cluster
     settings = Settings()
     store = Store()
     cache = SummaryCache(store, settings, maxsize=max(DEFAULT_MAXSIZE, len(keys)))
-    for obj in listed:
-        store.upsert(trim(obj))
+    for text in listed:  # one by one, as `bench.scale` loads them
+        store.upsert(trim(orjson.loads(text)))
     del listed
     heap.settle("benchmark: state loaded")
     memo.index_of(store)
@@ -164,7 +165,7 @@ def converged_leader(k: float, seed: int) -> tuple[Store, SummaryCache, int]:
 def measure(k: float, seed: int) -> dict[str, Any]:
     baseline = resident_mb()
     store, cache, objects = converged_leader(k, seed)
-    held = rss_mb() - baseline
+    held = resident_mb() - baseline  # now, not the peak: the load's copies are gone
     memo.index_of(store)  # the memo, made and caught up on every write
     tables = store.memo
     assert tables is not None

@@ -163,7 +163,7 @@ def measure(
     assert cluster.busy_policy is not None
     busy_policy, busy_gateway = cluster.busy_policy, key_of(cluster.busy_gateway)
     assert busy_gateway is not None
-    listed = [orjson.loads(orjson.dumps(obj)) for obj in cluster.objects()]
+    listed = [orjson.dumps(obj) for obj in cluster.objects()]  # decoded one at a time below
     del cluster
 
     store = Store()
@@ -180,8 +180,10 @@ def measure(
     )
     gc.collect()
     watch = Stopwatch()
-    for obj in listed:
-        store.upsert(trim(obj))  # as the informers keep every object they list
+    # As the informers keep every object they list: decoded, trimmed, stored, one by one (they
+    # list a page at a time; all the untrimmed objects held at once would set the peak RSS).
+    for text in listed:
+        store.upsert(trim(orjson.loads(text)))
     out["load_s"], out["load_cpu_s"] = watch.stop()
     del listed
     gc.collect()
