@@ -20,7 +20,7 @@ from tests.fixtures import changes
 from tests.fixtures.budget import examples
 from tests.fixtures.engine import CLUSTER, CRDS, gateway, gateway_class, route, service, store_of
 from webhook.core.annotation import summary
-from webhook.core.engine import effective, hierarchy, memo
+from webhook.core.engine import effective, hierarchy, hierarchy_index, memo
 from webhook.core.engine.attachment import Attachments
 from webhook.core.engine.hierarchy_index import HierarchyIndex
 from webhook.core.model import kinds
@@ -616,3 +616,15 @@ def test_objects_and_rungs_without_policies_share_one_empty_answer() -> None:
         answers[0][kinds.SERVICE] = []  # type: ignore[index]
     assert found.on(route("apps", "r")) == () and found.on(route("web", "w1")) == ()
     assert memo.engine_of(store).by_rung[quiet[0]] is answers[0]
+
+
+def test_the_index_of_a_store_holds_the_stores_own_keys() -> None:
+    """Built from a store, the hierarchy index's sets hold the keys the store holds, not a copy
+    of each; built from any other view, the same members."""
+    store = store_of(CLUSTER, MORE_ROUTES)
+    gw = gateway("infra", "gw")
+    members = hierarchy_index.build_index(store).routes_of_parent(gw)
+    elsewhere = hierarchy_index.build_index(OverlayView(store)).routes_of_parent(gw)
+    assert members == elsewhere == {route("apps", "r"), route("apps", "r2"), route("web", "w1")}
+    held = {key: key for key in store.keys(kinds.HTTP_ROUTE)}
+    assert all(member is held[member] for member in members)

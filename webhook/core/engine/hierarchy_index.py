@@ -19,8 +19,8 @@ from webhook.core.engine.attachment import (
     spec_mapping,
 )
 from webhook.core.model import kinds, meta
-from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, ObjectKey
-from webhook.core.state.store import ClusterView
+from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, GroupKind, ObjectKey
+from webhook.core.state.store import ClusterView, Store
 
 Table = Literal["class", "listenerset", "parent", "backend", "namespace"]
 Bucket = tuple[Table, object]
@@ -143,14 +143,24 @@ def _edges(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Bucket, Obj
             yield ("backend", backend.key), key
 
 
+def _keyed_objects(
+    view: ClusterView, gk: GroupKind
+) -> Iterator[tuple[ObjectKey, Mapping[str, Any]]]:
+    """Every object of a kind with its key: a store's own keys, so that the index's sets hold
+    them rather than a copy of each (a fifth of the index, at the benchmark's default scale)."""
+    if isinstance(view, Store):
+        yield from zip(view.keys(gk), view.objects(gk), strict=True)
+        return
+    for obj in view.objects(gk):
+        name = meta.name(obj)
+        if name:
+            yield ObjectKey(gk.group, gk.kind, meta.namespace(obj), name), obj
+
+
 def build_index(view: ClusterView) -> HierarchyIndex:
     buckets: dict[Bucket, set[ObjectKey]] = {}
     for gk in sorted(INDEXED_KINDS):
-        for obj in view.objects(gk):
-            name = meta.name(obj)
-            if not name:
-                continue
-            key = ObjectKey(gk.group, gk.kind, meta.namespace(obj), name)
+        for key, obj in _keyed_objects(view, gk):
             for bucket, member in _edges(key, obj):
                 buckets.setdefault(bucket, set()).add(member)
     # Copied once built: a set grown one member at a time holds a table up to twice the size.
