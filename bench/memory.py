@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from bench import synth
-from bench.scale import converge, resident_mb
+from bench.scale import converge, resident_mb, stored_keys
 from webhook.core.annotation.cache import DEFAULT_MAXSIZE, SummaryCache
 from webhook.core.engine import memo
 from webhook.core.model.refs import key_of
@@ -153,6 +153,7 @@ def converged_leader(k: float, seed: int) -> tuple[Store, SummaryCache, int]:
     for text in listed:  # one by one, as `bench.scale` loads them
         store.upsert(trim(orjson.loads(text)))
     del listed
+    keys = stored_keys(keys, store)
     heap.settle("benchmark: state loaded")
     memo.index_of(store)
     for key in keys:

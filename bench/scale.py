@@ -186,6 +186,7 @@ def measure(
         store.upsert(trim(orjson.loads(text)))
     out["load_s"], out["load_cpu_s"] = watch.stop()
     del listed
+    keys = stored_keys(keys, store)
     gc.collect()
     out["rss_after_load_mb"] = rss_mb()
     # Settled as the webhook settles its state once synced, before its first pass computes
@@ -275,6 +276,14 @@ def measure(
     out["peak_rss_mb"] = rss_mb()
     out["state_rss_mb"] = out["peak_rss_mb"] - out["rss_baseline_mb"]
     return out
+
+
+def stored_keys(keys: list[ObjectKey], store: Store) -> list[ObjectKey]:
+    """The same keys, as the store holds them. A leader's pass over its objects reads the
+    store's own keys (`Store.keys`), and every table a computation keys by them shares them;
+    keys made from the generator's objects would hold copies of their names besides."""
+    held = {key: key for gk in list(store.all_kinds()) for key in store.keys(gk)}
+    return [held.get(key, key) for key in keys]
 
 
 def converge(
