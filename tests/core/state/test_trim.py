@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -357,3 +358,33 @@ def test_a_store_of_trimmed_objects_answers_like_one_of_full_objects() -> None:
     assert trimmed.namespace_labels("apps") == full.namespace_labels("apps")
     for gk in full.all_kinds():
         assert sorted(trimmed.keys(gk)) == sorted(full.keys(gk))
+
+
+def test_strings_that_many_objects_hold_alike_are_kept_once() -> None:
+    """Each object the informers decode brings its own copy of every string; what many hold
+    alike (a group, a kind, a namespace, a section or a referenced Service's name, labels,
+    a parentRef's field names) is kept as one string for all of them, equal to what came."""
+    text = """{
+      "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+      "metadata": {"name": "NAME", "namespace": "shop", "labels": {"team": "shop"}},
+      "spec": {
+        "parentRefs": [{"name": "gw", "namespace": "infra", "sectionName": "https"}],
+        "rules": [{"name": "main", "backendRefs": [{"name": "svc", "port": 80}]}]}}"""
+    first, second = (trim(json.loads(text.replace("NAME", name))) for name in ("r1", "r2"))
+    assert first == trim(json.loads(text.replace("NAME", "r1")))  # equal to what came
+
+    def strings(obj: Any) -> list[str]:
+        found: list[str] = []
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                found += [key, *strings(value)]
+        elif isinstance(obj, list):
+            for item in obj:
+                found += strings(item)
+        elif isinstance(obj, str):
+            found.append(obj)
+        return found
+
+    shared = [(a, b) for a, b in zip(strings(first), strings(second), strict=True) if a == b]
+    assert len(shared) > 15
+    assert all(a is b for a, b in shared)
