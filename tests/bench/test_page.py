@@ -99,6 +99,9 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
         cold_gc_full_collected=0,
     ),
     "no summary cache": _set("scale", uses_cache=0),
+    "a growth exponent over its target": lambda parts: parts["growth"]["exponents"].update(
+        fanout_s=1.3
+    ),
     "the wide reviews timed after a route's write": _set(
         "scale",
         validate_after_route_write_cat_valid_gateway_median_ms=1.9,
