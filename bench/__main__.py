@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -228,7 +229,15 @@ def part_e2e(plan: Plan, out: Path) -> dict[str, Any]:
     return result
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM ends a run as Ctrl-C does, through every `finally`: the servers, the API server
+    and etcd that the parts started are stopped with it. (By default it ended the interpreter
+    at once, and they were left running.)"""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 def main(argv: list[str] | None = None) -> int:
+    _exit_on_sigterm()
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description=__doc__,
