@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -90,25 +89,11 @@ def _env() -> dict[str, str]:
     }
 
 
-def _json_from(cmd: list[str]) -> dict[str, Any]:
-    """What a benchmark module prints, run in a fresh process on the measured code."""
-    done = subprocess.run(
-        cmd,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=snapshot.code_root(),
-        env=snapshot.env(),
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
-
-
 def run_scale(
     k: float, *, seed: int, reviews: int, lookups: int, fanout_repeats: int
 ) -> dict[str, Any]:
     """One size in a fresh process: its peak RSS is its own."""
-    cmd = [sys.executable, "-m", "bench.scale", "--scale", str(k), "--seed", str(seed)]
+    cmd = ["-m", "bench.scale", "--scale", str(k), "--seed", str(seed)]
     cmd += [
         "--reviews",
         str(reviews),
@@ -117,7 +102,7 @@ def run_scale(
         "--fanout-repeats",
         str(fanout_repeats),
     ]
-    return _json_from(cmd)
+    return snapshot.json_of(cmd)
 
 
 def part_http(plan: Plan, seed: int) -> dict[str, Any]:
@@ -156,8 +141,9 @@ def part_scale(plan: Plan, seed: int) -> dict[str, Any]:
 
 def part_memory(plan: Plan, seed: int) -> dict[str, Any]:
     """A converged leader's state weighed part by part, in a fresh process (`bench.memory`)."""
-    cmd = [sys.executable, "-m", "bench.memory", "--scale", str(plan.scale), "--seed", str(seed)]
-    result = _json_from(cmd)
+    result = snapshot.json_of(
+        ["-m", "bench.memory", "--scale", str(plan.scale), "--seed", str(seed)]
+    )
     largest = max(result["parts"], key=lambda part: part["bytes"])
     log(
         f"  {plan.scale:g}x: {result['counted_mb']:.0f} MB counted of {result['state_rss_mb']:.0f} MB held; "
@@ -205,16 +191,8 @@ def part_profile(plan: Plan, seed: int, out: Path) -> dict[str, Any]:
 
 
 def part_choices(plan: Plan, seed: int) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.choices",
-        "--seed",
-        str(seed),
-        "--rounds",
-        str(plan.choices_rounds),
-    ]
-    result = _json_from(cmd)
+    cmd = ["-m", "bench.choices", "--seed", str(seed), "--rounds", str(plan.choices_rounds)]
+    result = snapshot.json_of(cmd)
     log("  " + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k.endswith("speedup")))
     return result
 

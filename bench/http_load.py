@@ -325,17 +325,8 @@ def _rate(url: str, bodies: Path, ca: str, config: HttpConfig) -> dict[str, Any]
 
 
 def _loadgen(url: str, bodies: Path, ca: str, args: list[str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.loadgen", url, "--bodies", str(bodies), "--ca", ca, *args]
-    done = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        env=snapshot.env(),
-        cwd=snapshot.code_root(),
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    cmd = ["-m", "bench.loadgen", url, "--bodies", str(bodies), "--ca", ca, *args]
+    return snapshot.json_of(cmd, quiet=True)
 
 
 def _round_line(row: dict[str, Any], endpoints: dict[str, str]) -> str:

@@ -31,13 +31,12 @@ from typing import Any
 import orjson
 
 from bench import synth
-from bench.scale import converge, resident_mb, stored_keys
+from bench.scale import converge, load, resident_mb, stored_keys
 from webhook.core.annotation.cache import DEFAULT_MAXSIZE, SummaryCache
 from webhook.core.engine import memo
 from webhook.core.model.refs import key_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
-from webhook.core.state.trim import trim
 from webhook.shell.process import heap
 
 # Not state: shared by every part, or the code itself.
@@ -150,8 +149,7 @@ def converged_leader(k: float, seed: int) -> tuple[Store, SummaryCache, int]:
     settings = Settings()
     store = Store()
     cache = SummaryCache(store, settings, maxsize=max(DEFAULT_MAXSIZE, len(keys)))
-    for text in listed:  # one by one, as `bench.scale` loads them
-        store.upsert(trim(orjson.loads(text)))
+    load(listed, store)
     del listed
     keys = stored_keys(keys, store)
     heap.settle("benchmark: state loaded")

@@ -180,10 +180,7 @@ def measure(
     )
     gc.collect()
     watch = Stopwatch()
-    # As the informers keep every object they list: decoded, trimmed, stored, one by one (they
-    # list a page at a time; all the untrimmed objects held at once would set the peak RSS).
-    for text in listed:
-        store.upsert(trim(orjson.loads(text)))
+    load(listed, store)
     out["load_s"], out["load_cpu_s"] = watch.stop()
     del listed
     keys = stored_keys(keys, store)
@@ -276,6 +273,14 @@ def measure(
     out["peak_rss_mb"] = rss_mb()
     out["state_rss_mb"] = out["peak_rss_mb"] - out["rss_baseline_mb"]
     return out
+
+
+def load(listed: list[bytes], store: Store) -> None:
+    """Each listed object into the store as the informers keep it: decoded, trimmed, stored,
+    one by one (they list a page at a time; all the untrimmed objects held at once would set
+    the peak RSS)."""
+    for text in listed:
+        store.upsert(trim(orjson.loads(text)))
 
 
 def stored_keys(keys: list[ObjectKey], store: Store) -> list[ObjectKey]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -32,6 +34,23 @@ def env(root: Path | None = None) -> dict[str, str]:
     """Environment for a measuring subprocess (run it with `cwd=code_root()`, or `root`)."""
     paths = [str(root or code_root()), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def json_of(args: list[str], *, quiet: bool = False) -> dict[str, Any]:
+    """What `python ARGS` prints (one JSON object), run as a measuring process: in a fresh
+    interpreter, on the measured code. `quiet`: its standard error is kept from the terminal
+    (and shown in the error if it fails)."""
+    done = subprocess.run(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE if quiet else None,
+        text=True,
+        cwd=code_root(),
+        env=env(),
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def take() -> Path:

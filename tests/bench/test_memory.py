@@ -3,8 +3,6 @@ a table the webhook still has — a rename fails here, not on the performance pa
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from typing import Any
 
@@ -28,27 +26,10 @@ def test_code_and_types_are_not_counted_as_state() -> None:
     assert weighed["containers"] == 1  # the list only
 
 
-def _python(*args: str) -> str:
-    """What a fresh interpreter prints, run as `python -m bench` runs its measuring processes."""
-    done = subprocess.run(
-        [sys.executable, *args],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=snapshot.code_root(),
-        env=snapshot.env(),
-        check=True,
-        timeout=120,
-    )
-    return done.stdout
-
-
 def _measured(scale: float) -> dict[str, Any]:
     # A process of its own, as `python -m bench memory` runs it: the harness tunes and freezes
     # the collector as `serve` does, which this test process must not.
-    result: dict[str, Any] = json.loads(
-        _python("-m", "bench.memory", "--scale", str(scale), "--seed", "1")
-    )
-    return result
+    return snapshot.json_of(["-m", "bench.memory", "--scale", str(scale), "--seed", "1"])
 
 
 def test_a_converged_leader_is_weighed_in_every_part_it_holds() -> None:
@@ -71,8 +52,10 @@ def test_a_fresh_process_measures_its_memory_above_its_own_start_not_its_parents
     grown = bytearray(64 * 2**20)
     for at in range(0, len(grown), 4096):
         grown[at] = 1  # resident, not only reserved
-    probe = "from bench.scale import resident_mb, rss_mb; print(resident_mb(), rss_mb())"
-    now, peak = (float(x) for x in _python("-c", probe).split())
+    probe = "import json; from bench.scale import resident_mb as now, rss_mb as peak; "
+    probe += "print(json.dumps({'now': now(), 'peak': peak()}))"
+    measured = snapshot.json_of(["-c", probe])
+    now, peak = measured["now"], measured["peak"]
     assert peak - now > 48  # the parent's 64 MB show in the peak the child inherited …
     assert now < 48 + len(grown) / 2**20 / 2  # … and not in what it holds at start
     del grown

@@ -13,17 +13,18 @@ from bench import snapshot
 
 
 def _servers(pid: int) -> set[int]:
-    """The benchmark servers (`bench.servers`) a process runs as its children (Linux's /proc);
+    """The benchmark servers (`bench.servers`) that a process runs as its children, found in
+    /proc by their parent (any Linux; `/proc/PID/task/PID/children` needs a kernel option);
     not the short-lived others, such as the git that names the code measured."""
-    path = Path(f"/proc/{pid}/task/{pid}/children")
     found = set()
-    for child in path.read_text().split() if path.exists() else ():
-        cmdline = Path(f"/proc/{child}/cmdline")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            if b"bench.servers" in cmdline.read_bytes():
-                found.add(int(child))
-        except OSError:
+            parent = int(stat.read_text().rsplit(") ", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
             continue  # ended meanwhile
+        if parent == pid and b"bench.servers" in command:
+            found.add(int(stat.parent.name))
     return found
 
 

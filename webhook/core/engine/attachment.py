@@ -146,6 +146,10 @@ def counts_on(policy: Policy, target: ObjectKey, view: ClusterView) -> bool:
     )
 
 
+# What `Attachments.at` answers for a rung that holds no policy (read-only, kept once).
+_NONE_AT: Mapping[GroupKind, Sequence[Policy]] = MappingProxyType({})
+
+
 class Attachments:
     """The policies that count on each object and on each rung (object and section), found
     once per state of the view and kept in its engine memo."""
@@ -179,12 +183,8 @@ class Attachments:
                 if section == rung.section:
                     by_kind.setdefault(policy.key.group_kind, []).append(policy)
             # Most rungs hold no policy: they share one empty answer instead of one each.
-            found = self._at[rung] = by_kind or NONE_AT
+            found = self._at[rung] = by_kind or _NONE_AT
         return found
-
-
-# What `Attachments.at` answers for a rung that holds no policy (read-only, kept once).
-NONE_AT: Mapping[GroupKind, Sequence[Policy]] = MappingProxyType({})
 
 
 # --- who may attach where --------------------------------------------------------------------
