@@ -253,6 +253,34 @@ def test_strategy_of_a_kind_without_a_selector_is_a_setting_unless_a_strategy() 
     assert fired(only) == {"PA-S10": ["spec.default"]}
 
 
+@pytest.mark.parametrize("crds", [True, False], ids=["with-crd", "without-crd"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "  default: {backoff: {}}",  # Envoy Gateway's `http3: {}`: on, with no options
+        "  default: {retryOn: []}",  # its `alpnProtocols: []`: ALPN off
+        "  default: {backoff: {baseInterval: {}}}",  # Kuadrant's `anonymous: {}`, deeper down
+        "  override: {backoff: {}}\n  default: {}",
+        "  backoff: {}",  # in the spec proper, no wrapper
+    ],
+)
+def test_a_setting_written_as_an_empty_object_or_list_is_something_to_apply(
+    spec: str, crds: bool
+) -> None:
+    """PA-S10 and the first principle: vendors give empty values meanings, their API servers
+    accept them, so they are not `nothing to apply` — with the kind's schema or without it."""
+    store = cluster_store() if crds else store_of(CLUSTER)
+    verdict = admit(store, retry(ROUTE + spec))
+    assert "PA-S10" not in fired(verdict), verdict
+    assert verdict.allowed
+
+
+def test_a_stanza_of_nulls_has_nothing_to_apply() -> None:
+    """The API server prunes a null from what it stores: the policy is `default: {}` there."""
+    verdict = admit(cluster_store(), retry(ROUTE + "  default: {maxRetries: null}"))
+    assert fired(verdict) == {"PA-S10": ["spec.default"]}
+
+
 def cluster_store() -> Store:
     return store_of(POLICY_CRDS, CLUSTER)
 
@@ -488,3 +516,47 @@ def test_a_direct_kind_may_mix_the_target_kinds_its_vendor_lists() -> None:
     )
     configured = store_of(NGF_LIKE, CLUSTER, config=config)
     assert "PA-T02" in fired(admit(configured, observability(both)))
+
+
+@pytest.mark.parametrize(
+    ("policy", "targets"),
+    [
+        (  # kgateway's CEL: Gateway, HTTPRoute, GRPCRoute or a ListenerSet
+            "apiVersion: gateway.kgateway.dev/v1alpha1\nkind: TrafficPolicy",
+            "[{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront},"
+            " {group: gateway.networking.k8s.io, kind: GRPCRoute, name: g}]",
+        ),
+        (  # Gateway API's CRD restricts no kind; Envoy Gateway's e2e tests name a ServiceImport
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy",
+            "[{group: '', kind: Service, name: foo},"
+            " {group: multicluster.x-k8s.io, kind: ServiceImport, name: foo}]",
+        ),
+    ],
+    ids=["kgateway-trafficpolicy", "backendtlspolicy"],
+)
+def test_a_catalog_kind_may_mix_every_target_kind_its_vendor_accepts(
+    policy: str, targets: str
+) -> None:
+    """Its API server takes such a mix: PA-T02 would be a false denial (SPEC first principle)."""
+    text = f"{policy}\nmetadata: {{name: p, namespace: apps}}\nspec:\n  targetRefs: {targets}\n"
+    verdict = admit(store_of(CLUSTER), text + "  timeouts: {request: 5s}\n")
+    assert "PA-T02" not in fired(verdict), fired(verdict)
+    assert verdict.allowed
+
+
+def test_an_object_whose_target_reference_carries_an_api_version_is_no_policy() -> None:
+    """A VerticalPodAutoscaler's targetRef names a Deployment by apiVersion and kind: `check`
+    over a folder holding one must not judge it as a policy (and deny it, PA-S04)."""
+    vpa = one(
+        "apiVersion: autoscaling.k8s.io/v1\nkind: VerticalPodAutoscaler\n"
+        "metadata: {name: envoy, namespace: apps}\n"
+        "spec:\n  targetRef: {apiVersion: apps/v1, kind: Deployment, name: envoy}\n"
+    )
+    store = store_of(CLUSTER)
+    assert not store.is_policy_object(key_of(vpa).group_kind, vpa)  # type: ignore[union-attr]
+    policy_shaped = one(
+        "apiVersion: vendor.example.org/v1\nkind: MysteryPolicy\n"
+        "metadata: {name: m, namespace: apps}\n"
+        "spec:\n  targetRef: {group: '', kind: Service, name: foo}\n  path: /\n"
+    )
+    assert store.is_policy_object(key_of(policy_shaped).group_kind, policy_shaped)  # type: ignore[union-attr]

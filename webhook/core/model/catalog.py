@@ -182,10 +182,11 @@ CATALOG: tuple[CatalogEntry, ...] = (
     CatalogEntry(
         GroupKind(GATEWAY_GROUP, "BackendTLSPolicy"),
         "Direct",
-        frozenset({SERVICE, EG_BACKEND, KGATEWAY_BACKEND}),
+        frozenset({SERVICE, SERVICE_IMPORT, EG_BACKEND, KGATEWAY_BACKEND}),
         source=_GATEWAY_API.format("gateway.networking.k8s.io_backendtlspolicies.yaml")
-        + "; envoyproxy/gateway v1.9.0 site/content/en/latest/tasks/security/oidc.md; "
-        "kgateway-dev/kgateway.dev assets/kgw-docs/pages/traffic-management/static.md",
+        + ", which restricts no kind; envoyproxy/gateway v1.9.0 site/content/en/latest/tasks/"
+        "security/oidc.md and test/e2e (a ServiceImport); kgateway-dev/kgateway.dev "
+        "assets/kgw-docs/pages/traffic-management/static.md",
     ),
     CatalogEntry(
         GroupKind(GATEWAY_API_X_GROUP, "XBackendTrafficPolicy"),
@@ -263,11 +264,11 @@ CATALOG: tuple[CatalogEntry, ...] = (
         version="v1alpha1",
     ),
     _nginx("SnippetsPolicy", "snippetspolicies", "Direct", ONLY_GATEWAY, version="v1alpha1"),
-    # kgateway: TrafficPolicy's CEL takes any kind ending in "ListenerSet".
+    # kgateway: TrafficPolicy's CEL takes GRPCRoute too, and any kind ending in "ListenerSet".
     _kgateway(
         "TrafficPolicy",
         "traffic_policy_types.go",
-        frozenset({GATEWAY, HTTP_ROUTE, LISTENER_SET, X_LISTENER_SET}),
+        frozenset({GATEWAY, HTTP_ROUTE, GRPC_ROUTE, LISTENER_SET, X_LISTENER_SET}),
         target_optional=True,
     ),
     _kgateway(

@@ -287,6 +287,19 @@ def _quoted(value: object) -> str:
     return f'"{value}"' if isinstance(value, str) else f"{type(value).__name__} {value!r}"[:40]
 
 
+def _sets_something(settings: Mapping[str, Any]) -> bool:
+    """Whether settings hold anything to apply (PA-S10): a field written with a value — any
+    value but null, an empty object or list included.
+
+    Vendors give empty values meanings, and their API servers accept them: Envoy Gateway's
+    `http3: {}` turns HTTP/3 on and `authorization: {}` denies every request; Kuadrant's
+    `anonymous: {}` allows anonymous access. SPEC 5.4 reads such a field as unset when it
+    computes the effective policy; whether a write is refused is the first principle's to say
+    (docs/decisions.md). A null is nothing: the API server prunes it from what it stores.
+    """
+    return any(value is not None for value in settings.values())
+
+
 def _stanza_content(
     spec: Mapping[str, Any],
     present: Mapping[str, Any],
@@ -303,13 +316,13 @@ def _stanza_content(
             if stanza not in stanza_leaves or not stanza_leaves[stanza][1]:
                 stanza_leaves[stanza] = (key, found)
     findings: list[Finding] = []
-    nothing_in_stanzas = not any(found for _, found in stanza_leaves.values())
+    nothing_in_stanzas = not any(
+        _sets_something(split_stanza(value, profile)[0])
+        for value in present.values()
+        if isinstance(value, Mapping)
+    )
     all_objects = all(isinstance(v, Mapping) for v in present.values())  # else PA-S08 said it
-    if (
-        all_objects
-        and nothing_in_stanzas
-        and not (not present and leaves(proper, profile.spec_schema))
-    ):
+    if all_objects and nothing_in_stanzas and not (not present and _sets_something(proper)):
         where = f"spec.{next(iter(present))}" if present else "spec"
         only_selectors = any(
             isinstance(v, Mapping) and stanza_selector_of(profile) in v for v in present.values()

@@ -305,13 +305,22 @@ class Store:
 
 
 def looks_like_policy(gk: GroupKind, obj: Mapping[str, Any], profile: KindProfile) -> bool:
-    """A policy kind by label or config — or an unknown kind with a targetRef (SPEC §1.3)."""
+    """A policy kind by label or config — or an unknown kind with a targetRef (SPEC §1.3)
+    that names its target as policies do, by group and kind.
+
+    A reference with an `apiVersion` is another API's (a VerticalPodAutoscaler's targetRef
+    names a Deployment so, Flagger's Canary too): such an object in a folder `check` reads
+    is no policy, and judging it as one denied it (docs/decisions.md)."""
     if gk in kinds.NEVER_POLICIES:
         return False
     if profile.known:
         return True
     spec = spec_of(obj)
-    return spec is not None and ("targetRef" in spec or "targetRefs" in spec)
+    if spec is None or ("targetRef" not in spec and "targetRefs" not in spec):
+        return False
+    refs = spec.get("targetRefs")
+    named = [spec.get("targetRef"), *(refs if isinstance(refs, list) else [])]
+    return not any(isinstance(ref, Mapping) and "apiVersion" in ref for ref in named)
 
 
 def policy_targets(policy: Policy, view: ClusterView) -> list[tuple[ObjectKey, str | None]]:
