@@ -326,6 +326,14 @@ def test_sarif_names_both_copies_of_a_duplicate(tmp_path: Path) -> None:
         (["check"], None, 2, "nothing to check"),
         (["check", "-", "-f", "-"], "", 2, "standard input can be read only once"),
         (["check", "-"], "kind: [unclosed\n", 2, "<stdin>:2: not valid YAML"),
+        (  # two files joined without `---`: kubectl refuses the keys written twice too
+            ["check", "-"],
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n",
+            2,
+            "<stdin>:4: not valid YAML: key 'apiVersion' is written twice in one mapping "
+            "(first on line 1)",
+        ),
         (["check", "-o", "xml", str(CLUSTER)], None, 2, "invalid choice"),
         (
             ["check", "--config", "/nonexistent/config.yaml", str(CLUSTER)],
@@ -342,6 +350,7 @@ def test_sarif_names_both_copies_of_a_duplicate(tmp_path: Path) -> None:
         "no-path",
         "stdin-twice",
         "bad-yaml",
+        "key-twice",
         "bad-output",
         "missing-config",
     ],
@@ -376,3 +385,21 @@ def test_a_closed_pipe_is_not_an_error() -> None:
     )  # fmt: skip
     assert len(done.stdout.splitlines()) == 1
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+def test_a_pipe_named_as_a_path_is_read_as_a_file(tmp_path: Path) -> None:
+    """`policy-webhook check <(kubectl kustomize overlays/prod)`: the shell names a pipe."""
+    import os
+    import threading
+
+    pipe = tmp_path / "manifests"
+    os.mkfifo(pipe)
+    text = (CLUSTER / "60-policies.yaml").read_text(encoding="utf-8")
+    writer = threading.Thread(
+        target=pipe.write_text, args=(text,), kwargs={"encoding": "utf-8"}, daemon=True
+    )
+    writer.start()
+    ran = run("check", str(pipe))
+    writer.join(timeout=10)
+    assert ran.code == 1, ran  # read: the examples' cross-namespace policy is denied alone
+    assert f"{pipe}:56: RetryPolicy/infra/storefront-retry-from-infra DENY [PA-T03]" in ran.out

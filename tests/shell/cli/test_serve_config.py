@@ -64,3 +64,53 @@ def test_decision_log_default_and_choices(capsys: pytest.CaptureFixture[str]) ->
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", *bad])
     assert "invalid" in capsys.readouterr().err
+
+
+def _env_flags() -> list[tuple[str, str]]:
+    """(variable, its flag's type) of every flag an environment variable sets."""
+    from webhook.shell.cli.main import env_name
+
+    out = []
+    for action in serve_parser()._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        kind = getattr(action.type, "__name__", "switch" if action.nargs == 0 else "str")
+        if action.choices is not None:
+            kind = "choice"
+        out.append((env_name(action.option_strings[-1]), kind))
+    return out
+
+
+def test_every_typed_flag_refuses_a_value_of_its_variable_it_cannot_read_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Deployment sets the flags through these variables: a typo there is the user's
+    mistake, said in one line with exit 2, as a bad flag is — never a traceback."""
+    from webhook.shell.cli.main import main
+
+    typed = [(name, kind) for name, kind in _env_flags() if kind != "str"]
+    assert {kind for _, kind in typed} >= {"int", "float", "boolean", "switch", "choice"}
+    for name, _ in typed:
+        monkeypatch.setenv(name, "not-a-value")
+        assert main(["serve", "--help"]) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"policy-webhook: error: {name}="), err
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field", "read"),
+    [
+        ("POLICY_WEBHOOK_PORT", "9443", "port", 9443),
+        ("POLICY_WEBHOOK_RECONCILE_QPS", "2.5e2", "reconcile_qps", 250.0),
+        ("POLICY_WEBHOOK_LOG_LEVEL", "debug", "log_level", "DEBUG"),
+        ("POLICY_WEBHOOK_NO_RECONCILE", "yes", "no_reconcile", True),
+        ("POLICY_WEBHOOK_NO_RECONCILE", "0", "no_reconcile", False),
+        ("POLICY_WEBHOOK_EVENTS", "", "events", True),  # set but empty: as unset
+    ],
+)
+def test_a_variable_is_read_as_its_flag_would_be(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, field: str, read: object
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert getattr(serve_config_from(build_parser().parse_args(["serve"])), field) == read

@@ -92,9 +92,15 @@ def test_git_is_not_asked_once_the_environment_has_answered(
             "valid (1 kind profile, 0 global rule actions)",
         ),
         ("ruleActions:\n  PA-T06: on\n", 2, "got true (a boolean) — quote the value"),
-        ("ruleActions:\n  PA-T06: fatal\n", 2, "got 'fatal' — quote the value"),
+        ("ruleActions:\n  PA-T06: fatal\n", 2, "audit, off; got 'fatal'\n"),  # a word: no hint
         ("ruleActions:\n  PA-T99: deny\n", 2, "unknown rule 'PA-T99'"),
-        ("ruleActions: [unclosed\n", 2, "cannot read config"),
+        ("ruleActions: [unclosed\n", 2, "config.yaml:2: not valid YAML: "),
+        (
+            "ruleActions:\n  PA-T06: warn\nruleActions:\n  PA-T06: deny\n",
+            2,
+            "config.yaml:3: not valid YAML: key 'ruleActions' is written twice in one mapping "
+            "(first on line 1)\n",
+        ),
     ],
     ids=[
         "off-bare",
@@ -105,6 +111,7 @@ def test_git_is_not_asked_once_the_environment_has_answered(
         "unknown-value",
         "unknown-rule",
         "bad-yaml",
+        "key-twice",
     ],
 )
 def test_config_validate(tmp_path: Path, text: str, code: int, message: str) -> None:
@@ -113,6 +120,8 @@ def test_config_validate(tmp_path: Path, text: str, code: int, message: str) -> 
     ran = run("config", "validate", str(config))
     assert ran.code == code, ran
     assert message in (ran.out if code == 0 else ran.err), ran
+    if code:
+        assert ran.err.count("\n") == 1, ran  # one line
     assert "Traceback" not in ran.err
 
 

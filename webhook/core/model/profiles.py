@@ -314,10 +314,15 @@ def _rule_actions(value: object, where: str, known_rules: frozenset[str]) -> Map
         # documented `PA-T06: off` must mean what it says however it was written.
         action = "off" if raw is False else raw
         if not _is_action(action):
+            # The hint only where YAML made something else of a word (`on`, `yes`: booleans).
+            hint = (
+                ""
+                if isinstance(raw, str)
+                else f' — quote the value (`{rule_id}: "warn"`) so that YAML reads it as a string'
+            )
             raise ConfigError(
                 f"config: {where}.{rule_id} must be one of deny, warn, audit, off; got "
-                f'{_as_written(raw)} — quote the value (`{rule_id}: "warn"`) so that YAML '
-                "reads it as a string"
+                f"{_as_written(raw)}{hint}"
             )
         out[rule_id] = action
     return out

@@ -14,6 +14,7 @@ import yaml
 from webhook.core.model.profiles import ConfigError, OperatorConfig, parse_config
 from webhook.core.model.settings import Settings
 from webhook.core.rules.ruletable import RULE_IDS
+from webhook.shell.cli.manifests import load_one, yaml_problem
 from webhook.shell.process.errors import UsageError
 
 MIN_ANNOTATION_BYTES = 512
@@ -29,9 +30,12 @@ def load_config(path: str | None) -> OperatorConfig:
         return OperatorConfig()
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError) as exc:
+            data = load_one(handle.read())
+    except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read config: {exc}") from None
+    except yaml.YAMLError as exc:
+        line, problem = yaml_problem(exc)
+        raise UsageError(f"{path}{f':{line}' if line else ''}: not valid YAML: {problem}") from None
     try:
         return parse_config(data, known_rules=RULE_IDS)
     except ConfigError as exc:

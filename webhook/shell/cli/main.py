@@ -36,12 +36,46 @@ def env_name(flag: str) -> str:
     return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
 
 
-def _env(flag: str, default: Any = None) -> Any:
-    return os.environ.get(env_name(flag), default)
+def _env(
+    flag: str,
+    default: Any = None,
+    *,
+    type: Callable[[str], Any] | None = None,  # argparse's word for it
+    choices: Sequence[Any] | None = None,
+) -> Any:
+    """The flag's default from its environment variable (`default` when unset or empty), read
+    as argparse reads the flag: converted by `type`, one of `choices`. A value it cannot read
+    is a usage error naming the variable — argparse checks neither of a default."""
+    name = env_name(flag)
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    try:
+        value = type(raw) if type is not None else raw
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        reason = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else _NOT_A.get(type, "")
+        raise UsageError(f"{name}={raw!r}: {reason}") from None
+    if choices is not None and value not in choices:
+        raise UsageError(f"{name}={raw!r}: expected one of {', '.join(map(str, choices))}")
+    return value
+
+
+_NOT_A: dict[Any, str] = {int: "not an integer", float: "not a number"}
 
 
 def _env_bool(flag: str) -> bool:
-    return os.environ.get(env_name(flag), "").lower() in ("1", "true", "yes", "on")
+    """A switch's default: true, false (also 1/0, yes/no, on/off) or unset."""
+    return bool(_env(flag, False, type=boolean))
+
+
+def boolean(text: str) -> bool:
+    """`--events=false`: true or false (also 1/0, yes/no, on/off), in any case."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _env_flag(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
@@ -145,7 +179,7 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     _env_flag(parser, "--annotation-prefix", default=_env("--annotation-prefix", DEFAULT_ANNOTATION_PREFIX),
               help=f"prefix of the effective-policies annotation (default {DEFAULT_ANNOTATION_PREFIX})")  # fmt: skip
     _env_flag(parser, "--annotation-max-bytes", type=int,
-              default=int(_env("--annotation-max-bytes", DEFAULT_ANNOTATION_MAX_BYTES)),
+              default=_env("--annotation-max-bytes", DEFAULT_ANNOTATION_MAX_BYTES, type=int),
               help="size cap of the annotation value before it is truncated (default 16384)")  # fmt: skip
 
 
@@ -332,8 +366,10 @@ _RUNS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
-    args = build_parser(prog, lazy=True).parse_args(argv)
     try:
+        # Inside: a command's flags are added as it is chosen, and an environment variable
+        # that sets one of them wrongly is a usage error too.
+        args = build_parser(prog, lazy=True).parse_args(argv)
         return _RUNS[args.command](args)
     except UsageError as exc:  # a file named on the command line (ManifestError) included
         sys.stderr.write(f"{prog}: error: {exc}\n")

@@ -34,7 +34,47 @@ _SUFFIXES = (".yaml", ".yml", ".json")
 DEFAULT_NAMESPACE = "default"  # kubectl's, for a context that names none
 STDIN = "-"
 STDIN_NAME = "<stdin>"
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser, where built
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser, where built
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc]
+    """YAML as kubectl reads it: a key written twice in one mapping is an error, not the last
+    one winning (PyYAML keeps the last silently; kubectl refuses the file). Two files joined
+    without `---` between them are then an error, not one object made of both."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        first: dict[tuple[str, str], yaml.Node] = {}
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` may repeat what follows it: that is what it is for
+            seen = first.setdefault((key.tag, key.value), key)
+            if seen is not key:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key.value!r} is written twice in one mapping "
+                    f"(first on line {seen.start_mark.line + 1})",
+                    key.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_one(text: str) -> Any:
+    """The single YAML document in `text`, read as manifests are (`_Loader`)."""
+    loader = _Loader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def yaml_problem(exc: yaml.YAMLError) -> tuple[int | None, str]:
+    """The line (1-based) and the one-line problem of a YAML error."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return (mark.line + 1 if mark is not None else None), problem
+
+
 _KUSTOMIZE_GROUP = "kustomize.config.k8s.io"
 _FIELD_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")  # `spec.targetRefs[1].kind` → its steps
 
@@ -128,7 +168,7 @@ def find_files(paths: Iterable[str]) -> list[str]:
                 for name in sorted(files):
                     if name.endswith(_SUFFIXES):
                         add(os.path.join(root, name))
-        elif path.is_file():
+        elif path.exists():  # a file, or what reads as one: `<(kustomize build)`, /dev/stdin
             add(str(path))
         else:
             raise ManifestError(str(path), None, "no such file or directory")
@@ -158,11 +198,9 @@ def read_text(text: str, path: str, *, keep_nodes: bool = False) -> list[Located
             doc = loader.construct_document(node)
             found.extend(_unpack(doc, node, path, keep_nodes))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = mark.line + 1 if mark is not None else None
+        line, problem = yaml_problem(exc)
         if "{{" in text:  # Helm's or another Go template: YAML only once rendered
             return [Skipped(Where(path, line or 1), _TEMPLATE)]
-        problem = getattr(exc, "problem", None) or str(exc)
         raise ManifestError(path, line, f"not valid YAML: {problem}") from None
     finally:
         loader.dispose()

@@ -23,6 +23,7 @@ from webhook.core.annotation.cache import DEFAULT_MAXSIZE, SummaryCache
 from webhook.core.model.profiles import OperatorConfig
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
+from webhook.shell.cli.main import boolean
 from webhook.shell.cli.manifests import load_store
 from webhook.shell.cluster import pacing  # its defaults only: light, unlike the rest of `cluster`
 from webhook.shell.https.endpoints import build_app
@@ -43,7 +44,7 @@ def add_flags(
 ) -> None:
     add = parser.add_argument
     add("--host", default=env("--host", "0.0.0.0"), help="address to listen on")
-    add("--port", type=int, default=int(env("--port", 8443)), help="HTTPS port")
+    add("--port", type=int, default=env("--port", 8443, type=int), help="HTTPS port")
     add(
         "--tls-cert-file",
         default=env("--tls-cert-file"),
@@ -60,7 +61,7 @@ def add_flags(
         help="with no certificate given: write the generated CA and certificate here (default: a temp dir)")  # fmt: skip
     add("--insecure-dev-plaintext", action="store_true", default=env_bool("--insecure-dev-plaintext"),
         help="serve plain HTTP without TLS, for local development only (logs a warning)")  # fmt: skip
-    add("--tls-poll-seconds", type=float, default=float(env("--tls-poll-seconds", 5.0)),
+    add("--tls-poll-seconds", type=float, default=env("--tls-poll-seconds", 5.0, type=float),
         help="how often to look for rotated certificate files")  # fmt: skip
     add("--manifests", action="append", default=_split(env("--manifests")), metavar="PATH",
         help="cluster-less: read state from these files/folders instead of the API server")  # fmt: skip
@@ -81,48 +82,37 @@ def add_flags(
         help="keep no PolicyReports, even where their CRDs (manifests/components/policy-reports) are served")  # fmt: skip
     add("--webhook-configuration", default=env("--webhook-configuration", "policy-webhook"),
         help="ValidatingWebhookConfiguration whose policy webhooks' rules the leader keeps in step with the readable policy kinds")  # fmt: skip
-    add("--webhook-rules-sync-seconds", type=float, default=float(env("--webhook-rules-sync-seconds", 10.0)),
+    add("--webhook-rules-sync-seconds", type=float, default=env("--webhook-rules-sync-seconds", 10.0, type=float),
         help="how often the leader re-checks which policy kinds it may read and those rules (CRD changes: at once)")  # fmt: skip
-    add("--reconcile-qps", type=float, default=float(env("--reconcile-qps", pacing.DEFAULT_CEILING)),
+    add("--reconcile-qps", type=float, default=env("--reconcile-qps", pacing.DEFAULT_CEILING, type=float),
         help="most annotation patches per second the leader may send; less after 429s or slow answers (docs/reliability.md)")  # fmt: skip
-    add("--reconcile-burst", type=int, default=int(env("--reconcile-burst", pacing.DEFAULT_BURST)),
+    add("--reconcile-burst", type=int, default=env("--reconcile-burst", pacing.DEFAULT_BURST, type=int),
         help="patches that may go at once before --reconcile-qps applies")  # fmt: skip
-    add("--reconcile-workers", type=int, default=int(env("--reconcile-workers", pacing.DEFAULT_IN_FLIGHT)),
+    add("--reconcile-workers", type=int, default=env("--reconcile-workers", pacing.DEFAULT_IN_FLIGHT, type=int),
         help="objects the leader reconciles at once: at most this many patches in flight")  # fmt: skip
-    add("--resync-seconds", type=float, default=float(env("--resync-seconds", 600.0)),
+    add("--resync-seconds", type=float, default=env("--resync-seconds", 600.0, type=float),
         help="how often the leader re-checks every object's annotation (a safety net)")  # fmt: skip
-    add("--cache-max-objects", type=int, default=int(env("--cache-max-objects", DEFAULT_MAXSIZE)),
+    add("--cache-max-objects", type=int, default=env("--cache-max-objects", DEFAULT_MAXSIZE, type=int),
         help="objects whose annotation value is cached; size it above the annotated objects")  # fmt: skip
-    add("--lease-duration-seconds", type=float, default=float(env("--lease-duration-seconds", 15.0)),
+    add("--lease-duration-seconds", type=float, default=env("--lease-duration-seconds", 15.0, type=float),
         help="how long a Lease holder may go silent before another replica takes over")  # fmt: skip
-    add("--max-state-age-seconds", type=float, default=float(env("--max-state-age-seconds", 900.0)),
+    add("--max-state-age-seconds", type=float, default=env("--max-state-age-seconds", 900.0, type=float),
         help="readiness fails when no watch has shown life for this long (0: never)")  # fmt: skip
-    add("--drain-seconds", type=float, default=float(env("--drain-seconds", 15.0)),
+    add("--drain-seconds", type=float, default=env("--drain-seconds", 15.0, type=float),
         help="on SIGTERM, how long in-flight requests may take to finish")  # fmt: skip
-    add("--shutdown-delay-seconds", type=float, default=float(env("--shutdown-delay-seconds", 0.0)),
+    add("--shutdown-delay-seconds", type=float, default=env("--shutdown-delay-seconds", 0.0, type=float),
         help="on SIGTERM, how long to keep serving while /readyz fails, so endpoints drop us first")  # fmt: skip
-    add(
-        "--log-level",
-        default=env("--log-level", "INFO"),
-        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-    )
-    add("--log-format", default=env("--log-format", "json"), choices=("json", "text"))
+    levels = ("DEBUG", "INFO", "WARNING", "ERROR")
+    add("--log-level", default=env("--log-level", "INFO", type=str.upper, choices=levels),
+        choices=levels)  # fmt: skip
+    formats = ("json", "text")
+    add("--log-format", default=env("--log-format", "json", choices=formats), choices=formats)
     add("--log-bodies", action="store_true", default=env_bool("--log-bodies"),
         help="add the request and response bodies to the decision lines written (debugging only: they may hold sensitive data)")  # fmt: skip
-    add("--log-decisions", default=env("--log-decisions", DEFAULT_LOG_DECISIONS), choices=LOG_DECISIONS,
+    add("--log-decisions", default=env("--log-decisions", DEFAULT_LOG_DECISIONS, choices=LOG_DECISIONS), choices=LOG_DECISIONS,
         help="decision log lines of /validate: denied (WARNING), warned (denied and warned, INFO), all (clean allows and /mutate too, DEBUG), none; whatever --log-level says")  # fmt: skip
-    add("--events", type=boolean, nargs="?", const=True, default=boolean(env("--events", "true")), metavar="true|false",
+    add("--events", type=boolean, nargs="?", const=True, default=env("--events", True, type=boolean), metavar="true|false",
         help="cluster mode: record a Kubernetes Event for each denied or warned policy write that is not a dry run; --events=false turns them off")  # fmt: skip
-
-
-def boolean(text: str) -> bool:
-    """`--events=false`: true or false (also 1/0, yes/no, on/off), in any case."""
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _split(value: str | None) -> list[str] | None:
