@@ -96,6 +96,12 @@ def test_git_is_not_asked_once_the_environment_has_answered(
         ("ruleActions:\n  PA-T99: deny\n", 2, "unknown rule 'PA-T99'"),
         ("ruleActions: [unclosed\n", 2, "config.yaml:2: not valid YAML: "),
         (
+            "kinds:\n  - {group: policies.example.com, kind: RetryPolicy, class: Direct}\n"
+            "  - {group: policies.example.com, kind: RetryPolicy, class: Inherited}\n",
+            2,
+            "kinds[1] profiles RetryPolicy.policies.example.com again (kinds[0])\n",
+        ),
+        (
             "ruleActions:\n  PA-T06: warn\nruleActions:\n  PA-T06: deny\n",
             2,
             "config.yaml:3: not valid YAML: key 'ruleActions' is written twice in one mapping "
@@ -111,6 +117,7 @@ def test_git_is_not_asked_once_the_environment_has_answered(
         "unknown-value",
         "unknown-rule",
         "bad-yaml",
+        "kind-twice",
         "key-twice",
     ],
 )

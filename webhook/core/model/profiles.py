@@ -243,8 +243,12 @@ def parse_config(data: object, *, known_rules: frozenset[str]) -> OperatorConfig
     if not isinstance(kinds_raw, list):
         raise ConfigError("config: kinds must be a list")
     kinds: dict[GroupKind, Mapping[str, Any]] = {}
+    first: dict[GroupKind, int] = {}
     for i, entry in enumerate(kinds_raw):
         gk, normalised = _kind_entry(entry, f"kinds[{i}]", known_rules)
+        if gk in first:  # one would silently replace the other
+            raise ConfigError(f"config: kinds[{i}] profiles {gk} again (kinds[{first[gk]}])")
+        first[gk] = i
         kinds[gk] = normalised
     return OperatorConfig(rule_actions=global_actions, kinds=kinds)
 
