@@ -99,7 +99,7 @@ PARTS: tuple[tuple[str, str, Roots], ...] = (
     ("memo_rest", "the memo's other tables", lambda s, m, c: [vars(m)]),
     (
         "summary_values",
-        "the annotation values, one text per annotated object",
+        "the annotation values, in fragments that values share (`summary.Fragments`)",
         lambda s, m, c: [entry.value for entry in c._entries.values()],
     ),
     (

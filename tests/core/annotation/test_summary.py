@@ -284,9 +284,36 @@ def test_the_value_assembled_from_pieces_is_the_value_dumped_whole() -> None:
         results = effective.compute(key, store, with_losers=False)
         pieces = summary.pieces_of(results)
         value, spans = summary.assemble(pieces)
-        assert value == summary.dump(summary.summary_value(results))
-        assert len(pieces) > 0 and summary.pieces_in(value or "", spans) == pieces
+        assert summary.text(value) == summary.dump(summary.summary_value(results))
+        assert len(pieces) > 0 and summary.pieces_in(value or (), spans) == pieces
+        for result in results:  # each piece is its kind's entry dumped whole, once joined
+            whole = summary.dump(
+                summary.summary_value([result])["policies"][str(result.group_kind)]
+            )
+            assert "".join(pieces[str(result.group_kind)]) == whole
     assert summary.assemble({}) == (None, summary.NO_SPANS)
+
+
+def test_values_hold_each_answer_s_json_and_each_kind_s_name_as_one_string_for_all() -> None:
+    """Only the paths are each value's own: an answer's `effective` and `sources` (the same
+    board, met by several objects) and a kind's name are one string every value refers to."""
+    store = Store()
+    for doc in EVERY_DOC:
+        store.upsert(doc)
+    dumps: summary.Dumps = {}
+    held: dict[str, list[str]] = {}
+    for key in OBSERVED:
+        value, _ = summary.assemble(
+            summary.pieces_of(effective.compute(key, store, with_losers=False), dumps)
+        )
+        for fragment in value or ():
+            if fragment.startswith(('{"effective":', ',"sources":', '"', ',"')):
+                held.setdefault(fragment, []).append(fragment)
+    shared = [same for same in held.values() if len(same) > 1]
+    assert any(same[0].startswith('{"effective":') for same in shared)  # a board met twice
+    assert any(same[0].startswith(',"sources":') for same in shared)
+    assert any(same[0].endswith('.com":') for same in shared)  # a kind's name
+    assert all(all(fragment is same[0] for fragment in same) for same in shared)
 
 
 def test_every_value_names_its_kinds_with_the_same_strings() -> None:

@@ -62,7 +62,7 @@ def mutate(
     else:
         found = summary.summarize_in_pieces(key, OverlayView(view, upserts=[incoming]), settings)
         cache.admitted(key, incoming, found)  # the write that follows needs no computation
-        value = found[0]
+        value = summary.text(found[0])
     return patch_for(metadata.get("annotations"), settings.annotation_key, value)
 
 

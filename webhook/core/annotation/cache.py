@@ -49,7 +49,9 @@ MAX_ADMITTED = 64
 
 @dataclass(slots=True)
 class _Entry:
-    value: str | None
+    # The value in fragments that other values share (`summary.Fragments`: the values were
+    # most of what a leader held); joined when asked for. None: no annotation.
+    value: summary.Fragments | None
     spans: summary.Spans | None  # None: a truncated value, whose pieces cannot be replaced
     # Kinds to recompute before use; None until one is (an empty set per entry, on every
     # object a leader annotates, was a few percent of its memory).
@@ -89,14 +91,14 @@ class SummaryCache:
         entry = self._entries.get(key)  # None when missing or expired
         if entry is not None and not entry.stale:
             self.hits += 1
-            return entry.value
+            return summary.text(entry.value)
         self.misses += 1
         if entry is not None and entry.spans is not None:
             entry = self._refreshed(key, entry)
         else:
             entry = self._computed(key)
         self._entries[key] = entry
-        return entry.value
+        return summary.text(entry.value)
 
     def prepare(self, key: ObjectKey) -> bool:
         """Some of the work of the next `get(key)` ahead of it, in a bounded step; True while
@@ -110,7 +112,7 @@ class SummaryCache:
         self,
         key: ObjectKey,
         obj: Mapping[str, Any],
-        found: tuple[str | None, summary.Spans | None],
+        found: tuple[summary.Fragments | None, summary.Spans | None],
     ) -> None:
         """`found` is `summary.summarize_in_pieces(key, store + obj)` on the store as it is now.
 
@@ -134,7 +136,7 @@ class SummaryCache:
 
     def _refreshed(self, key: ObjectKey, entry: _Entry) -> _Entry:
         """The entry with its stale kinds' pieces recomputed, the others kept as they were."""
-        pieces = summary.pieces_in(entry.value or "", entry.spans or summary.NO_SPANS)
+        pieces = summary.pieces_in(entry.value or (), entry.spans or summary.NO_SPANS)
         for gk in entry.stale or ():
             pieces.pop(str(gk), None)
             pieces.update(summary.kind_pieces(key, self._store, gk))

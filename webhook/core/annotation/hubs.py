@@ -37,7 +37,7 @@ Path = tuple[str, ...]
 
 def summarize_in_pieces(
     key: ObjectKey, store: Store, settings: Settings
-) -> tuple[str | None, summary.Spans | None] | None:
+) -> tuple[summary.Fragments | None, summary.Spans | None] | None:
     """`summary.summarize_in_pieces(key, store, settings)` for a Service whose contexts the
     store keeps by route (`hierarchy.PARTS_MIN_ROUTES`: one threshold for both), from its
     pieces; None for any other object, or where it cannot be."""
@@ -335,7 +335,7 @@ def _direct_entries(key: ObjectKey, store: Store) -> list[KindEntry]:
 
 def _rendered(
     entries: list[KindEntry], max_bytes: int
-) -> tuple[str | None, summary.Spans | None] | None:
+) -> tuple[summary.Fragments | None, summary.Spans | None] | None:
     """What `summary` renders from the whole: the value in pieces if it fits, else cut.
 
     Within twice the cap it is written whole and cut by `summary` itself. Further past it,
@@ -362,7 +362,7 @@ def _rendered(
         for entry in entries
     }
     text = summary.dump({"version": summary.VERSION, "policies": policies, "truncated": True})
-    return (text, None) if summary.size(text) == total else None
+    return ((text,), None) if summary.size(text) == total else None
 
 
 def _size(entries: list[KindEntry], *, sources: bool, truncated: bool) -> int:

@@ -37,15 +37,21 @@ def summarize(
     """The annotation value for one object, or None when no policy reaches it."""
     if incoming is not None:
         view = OverlayView(view, upserts=[incoming])
-    return summarize_in_pieces(key, view, settings)[0]
+    return text(summarize_in_pieces(key, view, settings)[0])
 
 
 def summarize_in_pieces(
     key: ObjectKey, view: ClusterView, settings: Settings
-) -> tuple[str | None, Spans | None]:
-    """The value and where each kind's piece lies in it (None: truncated, no pieces)."""
+) -> tuple[Fragments | None, Spans | None]:
+    """The value, in fragments (`text` joins them), and where each kind's piece lies in it
+    (None: truncated, no pieces)."""
     results = effective.compute(key, view, with_losers=False)
     return _rendered(results, settings.annotation_max_bytes, memo.engine_of(view).dumps)
+
+
+def text(value: Fragments | None) -> str | None:
+    """The annotation value its fragments make."""
+    return "".join(value) if value is not None else None
 
 
 def kind_pieces(key: ObjectKey, view: ClusterView, gk: GroupKind) -> Pieces:
@@ -62,6 +68,10 @@ class DumpedGroup(NamedTuple):
     sources_json: dict[str, Any]  # the sources as JSON-ready data
     group_key: str  # `[effective, sources]` dumped: contexts alike in both are one entry
     effective_json: str  # the effective value dumped
+    # A context of this answer, as the value writes it around its paths: `{"effective":…,
+    # "paths":` and `,"sources":…}`. Every value holding the answer holds these two strings.
+    opening: str
+    closing: str
 
 
 Dumps = memo.Table[tuple[int, int], Any]  # (id of effective, id of sources) → DumpedGroup
@@ -73,41 +83,52 @@ def render(
     max_bytes: int,
     dumps: Dumps | None = None,
 ) -> str | None:
-    return _rendered(results, max_bytes, dumps if dumps is not None else {})[0]
+    return text(_rendered(results, max_bytes, dumps if dumps is not None else {})[0])
 
 
 def _rendered(
     results: Sequence[effective.KindResult],
     max_bytes: int,
     dumps: Dumps,
-) -> tuple[str | None, Spans | None]:
-    return rendered(summary_value(results, dumps)["policies"], max_bytes)
+) -> tuple[Fragments | None, Spans | None]:
+    fitted = fit(pieces_of(results, dumps), max_bytes)
+    if fitted is not None:
+        return fitted
+    return _cut(summary_value(results, dumps)["policies"], max_bytes)
 
 
 def rendered(
     policies: Mapping[str, dict[str, Any]], max_bytes: int
-) -> tuple[str | None, Spans | None]:
+) -> tuple[Fragments | None, Spans | None]:
     """The value holding these kinds' entries (`policies[kind]`), assembled from their pieces
     when it fits the cap, else cut as SPEC §3.3 says (no spans then). Each entry is made and
-    dumped once (`hubs` hands its own)."""
-    fitted = fit({name: dump(entry) for name, entry in policies.items()}, max_bytes)
+    dumped once (`hubs` hands its own, each a piece of one fragment)."""
+    fitted = fit({name: (dump(entry),) for name, entry in policies.items()}, max_bytes)
     if fitted is not None:
         return fitted
+    return _cut(policies, max_bytes)
+
+
+def _cut(policies: Mapping[str, dict[str, Any]], max_bytes: int) -> tuple[Fragments, None]:
     value = {"version": VERSION, "policies": dict(policies), "truncated": False}
-    return dump(truncated(value, max_bytes)), None
+    return (dump(truncated(value, max_bytes)),), None
 
 
 # The value is assembled from one piece per kind — the JSON of `policies[kind]` — so that the
 # cache can replace the piece of the one kind a policy write touched (kinds never interact).
-Pieces = dict[str, str]  # kind name (`RetryPolicy.policies.example.com`) → its entry's JSON
+# Both are kept as fragments, not one text: what many values hold alike — each answer's
+# `effective` and `sources`, each kind's name, a list of policies — is one string they all
+# refer to, and only the paths are each value's own. Joined, the fragments are the text.
+Fragments = tuple[str, ...]
+Pieces = dict[str, Fragments]  # kind name (`RetryPolicy.policies.example.com`) → its entry's JSON
 
 
 class Spans(NamedTuple):
     """Where each kind's piece lies in an assembled value (`pieces_in` reads them back).
 
     Kept small, as a cache keeps one per object it annotates: `names`, sorted, is one tuple
-    for every value with the same kinds, and `bounds` packs each piece's start and end as
-    32-bit unsigned integers. Kept as a dict of (start, end) tuples they made the cache's own
+    for every value with the same kinds, and `bounds` packs each piece's first fragment and
+    the one after its last as 32-bit unsigned integers. Kept as a dict of (start, end) tuples they made the cache's own
     bookkeeping about twice as large (docs/performance.md, *Choices*).
     """
 
@@ -140,40 +161,58 @@ def _bounds_format(kinds: int) -> struct.Struct:
 
 def pieces_of(results: Sequence[effective.KindResult], dumps: Dumps | None = None) -> Pieces:
     dumps = dumps if dumps is not None else {}
-    return {str(r.group_kind): dump(_kind_entry(r, dumps)) for r in results}
+    return {str(r.group_kind): _kind_fragments(r, dumps) for r in results}
 
 
-def assemble(pieces: Pieces) -> tuple[str | None, Spans]:
-    """The untruncated value, byte for byte `dump(summary_value(...))`, and where each piece
-    lies in it; None when no kind reaches the object."""
+_OPEN = '{"policies":{'
+_CLOSE = f'}},"truncated":false,"version":{VERSION}}}'
+
+
+def assemble(pieces: Pieces) -> tuple[Fragments | None, Spans]:
+    """The untruncated value, byte for byte `dump(summary_value(...))` once joined, and where
+    each piece lies in it; None when no kind reaches the object."""
     if not pieces:
         return None, NO_SPANS
-    parts = ['{"policies":{']
+    parts = [_OPEN]
     names = tuple(sorted(pieces))  # as orjson sorts keys: by code point
     bounds: list[int] = []
-    at = len(parts[0])
     for i, name in enumerate(names):
-        head = f"{',' if i else ''}{dump(name)}:"
-        at += len(head)
-        bounds += (at, at + len(pieces[name]))
-        at += len(pieces[name])
-        parts += (head, pieces[name])
-    parts.append(f'}},"truncated":false,"version":{VERSION}}}')
-    return "".join(parts), Spans(_shared_names(names), _bounds_format(len(names)).pack(*bounds))
+        parts.append(_kind_head(name, first=not i))
+        bounds.append(len(parts))
+        parts += pieces[name]
+        bounds.append(len(parts))
+    parts.append(_CLOSE)
+    return tuple(parts), Spans(_shared_names(names), _bounds_format(len(names)).pack(*bounds))
 
 
-def fit(pieces: Pieces, max_bytes: int) -> tuple[str | None, Spans] | None:
+def fit(pieces: Pieces, max_bytes: int) -> tuple[Fragments | None, Spans] | None:
     """The assembled value and its spans, or None when it is over the cap (to be truncated)."""
     value, spans = assemble(pieces)
-    if value is not None and size(value) > max_bytes:
+    if value is not None and sum(map(_size, value)) > max_bytes:
         return None
     return value, spans
 
 
-def pieces_in(value: str, spans: Spans) -> Pieces:
+def pieces_in(value: Fragments, spans: Spans) -> Pieces:
     """The pieces of an assembled value, back from their spans."""
     bounds = _bounds_format(len(spans.names)).unpack(spans.bounds)
     return {name: value[bounds[2 * i] : bounds[2 * i + 1]] for i, name in enumerate(spans.names)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _kind_head(name: str, *, first: bool) -> str:
+    """`"Kind.group":` (after a comma, but for the first kind): one string per kind."""
+    return f"{'' if first else ','}{dump(name)}:"
+
+
+@functools.lru_cache(maxsize=8192)
+def _policies_tail(policies: tuple[str, ...]) -> str:
+    """`],"policies":[…]}`, the end of a kind's entry: one string per list of policies."""
+    return f'],"policies":{dump(list(policies))}}}'
+
+
+def _size(fragment: str) -> int:
+    return len(fragment) if fragment.isascii() else size(fragment)
 
 
 def summary_value(
@@ -186,6 +225,29 @@ def summary_value(
         "policies": {str(r.group_kind): _kind_entry(r, dumps) for r in results},
         "truncated": False,
     }
+
+
+def _kind_fragments(result: effective.KindResult, dumps: Dumps) -> Fragments:
+    """`dump(_kind_entry(result, dumps))`, in fragments: each context is its answer's opening,
+    its own paths and its answer's closing (`DumpedGroup`), so only the paths are written."""
+    groups: dict[str, tuple[DumpedGroup, set[tuple[str, ...]]]] = {}
+    for found in result.groups:
+        done = dumped_group(found, dumps)
+        group = groups.get(done.group_key)
+        if group is None:
+            group = groups[done.group_key] = (done, set())
+        group[1].update(map(result.all_paths.__getitem__, found.indices))
+    ordered = sorted(  # as `_kind_entry` orders them; the group key is unique
+        (sorted(paths), done.effective_json, group_key, done)
+        for group_key, (done, paths) in groups.items()
+    )
+    out = ['{"contexts":[']
+    for i, (paths, _, _, done) in enumerate(ordered):
+        if i:
+            out.append(",")
+        out += (done.opening, dump(paths), done.closing)
+    out.append(_policies_tail(result.policies))
+    return tuple(out)
 
 
 def _kind_entry(result: effective.KindResult, dumps: Dumps) -> dict[str, Any]:
@@ -217,12 +279,17 @@ def dumped_group(found: effective.ResultGroup | ContextResult, dumps: Dumps) -> 
     if done is None:
         sources = {ptr: src.as_json() for ptr, src in found.sources.items()}
         group_key = dump([found.effective, sources])  # alike in both: one entry
+        effective_json = dump(found.effective)
         done = dumps[identity] = DumpedGroup(
             found.effective,
             found.sources,
             sources,
             group_key,
-            dump(found.effective),
+            effective_json,
+            # Interned: equal answers of different boards (another signature, the same
+            # values) are one string too. Made once per board, not per value.
+            sys.intern(f'{{"effective":{effective_json},"paths":'),
+            sys.intern(f',"sources":{dump(sources)}}}'),
         )
     return done
 
