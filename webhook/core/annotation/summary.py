@@ -128,8 +128,9 @@ class Spans(NamedTuple):
 
     Kept small, as a cache keeps one per object it annotates: `names`, sorted, is one tuple
     for every value with the same kinds, and `bounds` packs each piece's first fragment and
-    the one after its last as 32-bit unsigned integers. Kept as a dict of (start, end) tuples they made the cache's own
-    bookkeeping about twice as large (docs/performance.md, *Choices*).
+    the one after its last as 32-bit unsigned integers. Kept as a dict of (start, end) tuples
+    they made the cache's own bookkeeping about twice as large (docs/performance.md,
+    *Choices*).
     """
 
     names: tuple[str, ...]
@@ -286,8 +287,10 @@ def dumped_group(found: effective.ResultGroup | ContextResult, dumps: Dumps) -> 
             sources,
             group_key,
             effective_json,
-            # Interned: equal answers of different boards (another signature, the same
-            # values) are one string too. Made once per board, not per value.
+            # Interned, as `trim` interns names: equal answers of different boards (another
+            # signature, the same values) are one string too. Made once per board, not per
+            # value; freed with their last holder where interned strings are mortal (CPython
+            # 3.11, the image's; 3.12.5 on), kept for good on 3.12.0-3.12.4.
             sys.intern(f'{{"effective":{effective_json},"paths":'),
             sys.intern(f',"sources":{dump(sources)}}}'),
         )
