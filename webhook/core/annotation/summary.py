@@ -231,19 +231,8 @@ def summary_value(
 def _kind_fragments(result: effective.KindResult, dumps: Dumps) -> Fragments:
     """`dump(_kind_entry(result, dumps))`, in fragments: each context is its answer's opening,
     its own paths and its answer's closing (`DumpedGroup`), so only the paths are written."""
-    groups: dict[str, tuple[DumpedGroup, set[tuple[str, ...]]]] = {}
-    for found in result.groups:
-        done = dumped_group(found, dumps)
-        group = groups.get(done.group_key)
-        if group is None:
-            group = groups[done.group_key] = (done, set())
-        group[1].update(map(result.all_paths.__getitem__, found.indices))
-    ordered = sorted(  # as `_kind_entry` orders them; the group key is unique
-        (sorted(paths), done.effective_json, group_key, done)
-        for group_key, (done, paths) in groups.items()
-    )
     out = ['{"contexts":[']
-    for i, (paths, _, _, done) in enumerate(ordered):
+    for i, (paths, done) in enumerate(_ordered_groups(result, dumps)):
         if i:
             out.append(",")
         out += (done.opening, dump(paths), done.closing)
@@ -252,25 +241,31 @@ def _kind_fragments(result: effective.KindResult, dumps: Dumps) -> Fragments:
 
 
 def _kind_entry(result: effective.KindResult, dumps: Dumps) -> dict[str, Any]:
-    # Contexts with the same policies along them share one result object (within an object
-    # and, through the engine memo, across objects): dump each once.
-    groups: dict[str, tuple[dict[str, Any], set[tuple[str, ...]], str]] = {}
+    contexts = [
+        {"effective": done.effective, "sources": done.sources_json, "paths": paths}
+        for paths, done in _ordered_groups(result, dumps)
+    ]
+    return {"contexts": contexts, "policies": list(result.policies)}
+
+
+def _ordered_groups(
+    result: effective.KindResult, dumps: Dumps
+) -> list[tuple[list[tuple[str, ...]], DumpedGroup]]:
+    """A kind's contexts as the value lists them: those with the same answer as one entry
+    (they share one result object, within an object and, through the engine memo, across
+    objects: each dumped once), ordered by their sorted paths, then the answer."""
+    groups: dict[str, tuple[DumpedGroup, set[tuple[str, ...]]]] = {}
     for found in result.groups:
         done = dumped_group(found, dumps)
         group = groups.get(done.group_key)
         if group is None:
-            group = groups[done.group_key] = (
-                {"effective": found.effective, "sources": done.sources_json},
-                set(),
-                done.effective_json,
-            )
+            group = groups[done.group_key] = (done, set())
         group[1].update(map(result.all_paths.__getitem__, found.indices))
-    ordered = sorted(  # the group key last: unique, so that entries are never compared
-        (sorted(paths), effective_dump, group_key, entry)  # paths as tuples: JSON arrays too
-        for group_key, (entry, paths, effective_dump) in groups.items()
+    ordered = sorted(  # the group key last: unique, so that answers are never compared
+        (sorted(paths), done.effective_json, group_key, done)  # paths as tuples: JSON arrays
+        for group_key, (done, paths) in groups.items()
     )
-    contexts = [{**entry, "paths": paths} for paths, _, _, entry in ordered]
-    return {"contexts": contexts, "policies": list(result.policies)}
+    return [(paths, done) for paths, _, _, done in ordered]
 
 
 def dumped_group(found: effective.ResultGroup | ContextResult, dumps: Dumps) -> DumpedGroup:
@@ -279,8 +274,8 @@ def dumped_group(found: effective.ResultGroup | ContextResult, dumps: Dumps) -> 
     done: DumpedGroup | None = dumps.get(identity)
     if done is None:
         sources = {ptr: src.as_json() for ptr, src in found.sources.items()}
-        group_key = dump([found.effective, sources])  # alike in both: one entry
-        effective_json = dump(found.effective)
+        effective_json, sources_dump = dump(found.effective), dump(sources)
+        group_key = f"[{effective_json},{sources_dump}]"  # alike in both: one entry
         done = dumps[identity] = DumpedGroup(
             found.effective,
             found.sources,
@@ -292,7 +287,7 @@ def dumped_group(found: effective.ResultGroup | ContextResult, dumps: Dumps) -> 
             # value; freed with their last holder where interned strings are mortal (CPython
             # 3.11, the image's; 3.12.5 on), kept for good on 3.12.0-3.12.4.
             sys.intern(f'{{"effective":{effective_json},"paths":'),
-            sys.intern(f',"sources":{dump(sources)}}}'),
+            sys.intern(f',"sources":{sources_dump}}}'),
         )
     return done
 

@@ -308,19 +308,16 @@ def _stanza_content(
     profile: KindProfile,
 ) -> list[Finding]:
     stanza_leaves: dict[str, tuple[str, dict[Path, Any]]] = {}
+    nothing_in_stanzas = True
     for key, value in present.items():
         if isinstance(value, Mapping):
             stanza = WRAPPER_KEYS[key][0]
             settings, _ = split_stanza(value, profile)  # selectors are no settings (SPEC §1.7)
+            nothing_in_stanzas = nothing_in_stanzas and not _sets_something(settings)
             found = leaves(settings, child_schema(profile.spec_schema, key))
             if stanza not in stanza_leaves or not stanza_leaves[stanza][1]:
                 stanza_leaves[stanza] = (key, found)
     findings: list[Finding] = []
-    nothing_in_stanzas = not any(
-        _sets_something(split_stanza(value, profile)[0])
-        for value in present.values()
-        if isinstance(value, Mapping)
-    )
     all_objects = all(isinstance(v, Mapping) for v in present.values())  # else PA-S08 said it
     if all_objects and nothing_in_stanzas and not (not present and _sets_something(proper)):
         where = f"spec.{next(iter(present))}" if present else "spec"

@@ -53,7 +53,11 @@ def _env(
     try:
         value = type(raw) if type is not None else raw
     except (ValueError, argparse.ArgumentTypeError) as exc:
-        reason = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else _NOT_A.get(type, "")
+        reason = (
+            str(exc)
+            if isinstance(exc, argparse.ArgumentTypeError)
+            else _NOT_A.get(type, "not a value this flag takes")
+        )
         raise UsageError(f"{name}={raw!r}: {reason}") from None
     if choices is not None and value not in choices:
         raise UsageError(f"{name}={raw!r}: expected one of {', '.join(map(str, choices))}")

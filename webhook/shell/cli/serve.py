@@ -43,8 +43,13 @@ def add_flags(
     parser: argparse.ArgumentParser, *, env: Callable[..., Any], env_bool: Callable[[str], bool]
 ) -> None:
     add = parser.add_argument
+
+    def typed(flag: str, default: Any, kind: Callable[[str], Any], **kwargs: Any) -> None:
+        """A flag of one type, its default read from its variable with that same type."""
+        add(flag, type=kind, default=env(flag, default, type=kind), **kwargs)
+
     add("--host", default=env("--host", "0.0.0.0"), help="address to listen on")
-    add("--port", type=int, default=env("--port", 8443, type=int), help="HTTPS port")
+    typed("--port", 8443, int, help="HTTPS port")
     add(
         "--tls-cert-file",
         default=env("--tls-cert-file"),
@@ -61,7 +66,7 @@ def add_flags(
         help="with no certificate given: write the generated CA and certificate here (default: a temp dir)")  # fmt: skip
     add("--insecure-dev-plaintext", action="store_true", default=env_bool("--insecure-dev-plaintext"),
         help="serve plain HTTP without TLS, for local development only (logs a warning)")  # fmt: skip
-    add("--tls-poll-seconds", type=float, default=env("--tls-poll-seconds", 5.0, type=float),
+    typed("--tls-poll-seconds", 5.0, float,
         help="how often to look for rotated certificate files")  # fmt: skip
     add("--manifests", action="append", default=_split(env("--manifests")), metavar="PATH",
         help="cluster-less: read state from these files/folders instead of the API server")  # fmt: skip
@@ -82,25 +87,25 @@ def add_flags(
         help="keep no PolicyReports, even where their CRDs (manifests/components/policy-reports) are served")  # fmt: skip
     add("--webhook-configuration", default=env("--webhook-configuration", "policy-webhook"),
         help="ValidatingWebhookConfiguration whose policy webhooks' rules the leader keeps in step with the readable policy kinds")  # fmt: skip
-    add("--webhook-rules-sync-seconds", type=float, default=env("--webhook-rules-sync-seconds", 10.0, type=float),
+    typed("--webhook-rules-sync-seconds", 10.0, float,
         help="how often the leader re-checks which policy kinds it may read and those rules (CRD changes: at once)")  # fmt: skip
-    add("--reconcile-qps", type=float, default=env("--reconcile-qps", pacing.DEFAULT_CEILING, type=float),
+    typed("--reconcile-qps", pacing.DEFAULT_CEILING, float,
         help="most annotation patches per second the leader may send; less after 429s or slow answers (docs/reliability.md)")  # fmt: skip
-    add("--reconcile-burst", type=int, default=env("--reconcile-burst", pacing.DEFAULT_BURST, type=int),
+    typed("--reconcile-burst", pacing.DEFAULT_BURST, int,
         help="patches that may go at once before --reconcile-qps applies")  # fmt: skip
-    add("--reconcile-workers", type=int, default=env("--reconcile-workers", pacing.DEFAULT_IN_FLIGHT, type=int),
+    typed("--reconcile-workers", pacing.DEFAULT_IN_FLIGHT, int,
         help="objects the leader reconciles at once: at most this many patches in flight")  # fmt: skip
-    add("--resync-seconds", type=float, default=env("--resync-seconds", 600.0, type=float),
+    typed("--resync-seconds", 600.0, float,
         help="how often the leader re-checks every object's annotation (a safety net)")  # fmt: skip
-    add("--cache-max-objects", type=int, default=env("--cache-max-objects", DEFAULT_MAXSIZE, type=int),
+    typed("--cache-max-objects", DEFAULT_MAXSIZE, int,
         help="objects whose annotation value is cached; size it above the annotated objects")  # fmt: skip
-    add("--lease-duration-seconds", type=float, default=env("--lease-duration-seconds", 15.0, type=float),
+    typed("--lease-duration-seconds", 15.0, float,
         help="how long a Lease holder may go silent before another replica takes over")  # fmt: skip
-    add("--max-state-age-seconds", type=float, default=env("--max-state-age-seconds", 900.0, type=float),
+    typed("--max-state-age-seconds", 900.0, float,
         help="readiness fails when no watch has shown life for this long (0: never)")  # fmt: skip
-    add("--drain-seconds", type=float, default=env("--drain-seconds", 15.0, type=float),
+    typed("--drain-seconds", 15.0, float,
         help="on SIGTERM, how long in-flight requests may take to finish")  # fmt: skip
-    add("--shutdown-delay-seconds", type=float, default=env("--shutdown-delay-seconds", 0.0, type=float),
+    typed("--shutdown-delay-seconds", 0.0, float,
         help="on SIGTERM, how long to keep serving while /readyz fails, so endpoints drop us first")  # fmt: skip
     levels = ("DEBUG", "INFO", "WARNING", "ERROR")
     add("--log-level", default=env("--log-level", "INFO", type=str.upper, choices=levels),
