@@ -12,6 +12,8 @@ import pytest
 from tests.fixtures.paths import REALWORLD
 from tests.fixtures.yaml_state import CLUSTER, POLICY_CRDS, config_of, one, store_of
 from webhook.core.admission import validation as admission
+from webhook.core.model import profiles
+from webhook.core.model.policy import read_policy
 from webhook.core.model.refs import GroupKind, key_of
 from webhook.core.model.settings import Settings
 from webhook.core.rules.findings import Verdict
@@ -150,7 +152,9 @@ def test_every_rule_of_the_table_is_covered_by_a_case_or_a_dedicated_test() -> N
 
 
 # PA-K02 and PA-K03 judge policy kinds, not policies: tests/core/audit/test_reports.py.
-DEDICATED = {"PA-S00", "PA-S12", "PA-S13", "PA-S14", "PA-S15", "PA-T08", "PA-K02", "PA-K03"}
+DEDICATED = {
+    "PA-S00", "PA-S12", "PA-S13", "PA-S14", "PA-S15", "PA-S16", "PA-T08", "PA-K02", "PA-K03"
+}  # fmt: skip
 
 
 def test_unreadable_spec_is_denied_not_a_crash(cluster: Store) -> None:
@@ -560,3 +564,70 @@ def test_an_object_whose_target_reference_carries_an_api_version_is_no_policy() 
         "spec:\n  targetRef: {group: '', kind: Service, name: foo}\n  path: /\n"
     )
     assert store.is_policy_object(key_of(policy_shaped).group_kind, policy_shaped)  # type: ignore[union-attr]
+
+
+KUADRANT_RATE_LIMITS = ("RateLimitPolicy", "TokenRateLimitPolicy")
+KUADRANT_WHEN = "  when: [{predicate: \"request.path != '/health'\"}]\n"
+KUADRANT_LIMITS = "{limits: {a: {rates: [{limit: 1, window: 10s}]}}}"
+
+
+def kuadrant(kind: str, spec: str) -> str:
+    version = "v1" if kind != "TokenRateLimitPolicy" else "v1alpha1"
+    return f"""
+apiVersion: kuadrant.io/{version}
+kind: {kind}
+metadata: {{name: rl, namespace: apps}}
+spec:
+{spec}
+"""
+
+
+@pytest.mark.parametrize("with_crds", [True, False], ids=["vendor-crds", "catalog-only"])
+@pytest.mark.parametrize("stanza", ["defaults", "overrides"])
+@pytest.mark.parametrize("kind", KUADRANT_RATE_LIMITS)
+def test_a_top_level_when_beside_a_kuadrant_rate_limit_stanza_is_warned_not_denied(
+    kind: str, stanza: str, with_crds: bool
+) -> None:
+    """The first principle: Kuadrant's CEL on its rate limit kinds refuses `limits` beside a
+    stanza but accepts `when`, which its Go types then ignore (they read the stanza alone).
+    The API server admits the policy, so the webhook warns (PA-S16) instead of denying
+    (PA-S09), and the effective policy is the stanza alone, as Kuadrant applies it."""
+    store = store_of(KUADRANT_LIKE, CLUSTER) if with_crds else store_of(CLUSTER)
+    text = kuadrant(kind, ROUTE.replace("targetRefs: [", "targetRef: ").replace("}]", "}")
+                    + KUADRANT_WHEN + f"  {stanza}: {KUADRANT_LIMITS}")  # fmt: skip
+    verdict = admit(store, text)
+    assert verdict.allowed, fired(verdict)
+    assert fired(verdict)["PA-S16"] == ["spec.when"]
+    assert "PA-S09" not in fired(verdict)
+    message = next(j.finding.message for j in verdict.judged if j.finding.rule_id == "PA-S16")
+    assert f"beside spec.{stanza}" in message and len(f"[PA-S16] spec.when: {message}") <= 120
+    profile = profiles.base_profile(GroupKind("kuadrant.io", kind), None)
+    policy = read_policy(one(text), profile)
+    assert policy is not None
+    assert "when" not in (policy.default or {}) and "when" not in (policy.override or {})
+    # What the vendor's CEL refuses beside a stanza stays a denial.
+    limits_beside = text.replace(KUADRANT_WHEN, "  limits: {b: {rates: [{limit: 2}]}}\n")
+    refused = admit(store, limits_beside)
+    assert fired(refused)["PA-S09"] == ["spec.limits"] and not refused.allowed
+    assert "PA-S16" not in fired(refused)
+
+
+def test_a_top_level_when_beside_an_auth_policy_stanza_stays_denied() -> None:
+    """AuthPolicy's CEL refuses `when` beside `defaults` (and `overrides`): its API server
+    refuses the policy too, so PA-S09 denies it."""
+    store = store_of(KUADRANT_LIKE, CLUSTER)
+    target = ROUTE.replace("targetRefs: [", "targetRef: ").replace("}]", "}")
+    text = kuadrant("AuthPolicy", target + KUADRANT_WHEN
+                    + "  defaults: {rules: {authentication: {k: {anonymous: {}}}}}")  # fmt: skip
+    verdict = admit(store, text)
+    assert fired(verdict)["PA-S09"] == ["spec.when"] and not verdict.allowed
+
+
+def test_an_operator_may_deny_what_pa_s16_warns_about() -> None:
+    store = store_of(CLUSTER, config=config_of(
+        "kinds:\n- group: kuadrant.io\n  kind: RateLimitPolicy\n  ruleActions: {PA-S16: deny}\n"
+    ))  # fmt: skip
+    target = ROUTE.replace("targetRefs: [", "targetRef: ").replace("}]", "}")
+    verdict = admit(store, kuadrant("RateLimitPolicy", target + KUADRANT_WHEN
+                                    + f"  defaults: {KUADRANT_LIMITS}"))  # fmt: skip
+    assert fired(verdict)["PA-S16"] == ["spec.when"] and not verdict.allowed

@@ -58,6 +58,12 @@ class CatalogEntry:
     # with none: a kgateway TrafficPolicy may instead be named by an HTTPRoute rule's
     # `ExtensionRef` filter. Such a policy is not what PA-S02 calls "applies to nothing".
     target_optional: bool = False
+    # Keys of the spec proper that the vendor's schema accepts beside a `defaults` or
+    # `overrides` stanza, and that the vendor then ignores (it reads the stanza alone):
+    # Kuadrant's RateLimitPolicy and TokenRateLimitPolicy take a top-level `when` beside one,
+    # where their CEL refuses `limits`. Such a key beside a stanza is PA-S16 (WARN: the API
+    # server accepts the policy), not PA-S09.
+    ignored_beside_stanzas: frozenset[str] = frozenset()
 
 
 # Gateway API kinds that policies attach to, in the bundles the vendors' CEL rules name.
@@ -111,7 +117,12 @@ def _envoy_gateway(
 
 
 def _kuadrant_stanzas(
-    kind: str, plural: str, targets: frozenset[GroupKind], *, version: str
+    kind: str,
+    plural: str,
+    targets: frozenset[GroupKind],
+    *,
+    version: str,
+    ignored_beside_stanzas: frozenset[str] = frozenset(),
 ) -> CatalogEntry:
     """Kuadrant's kinds with `defaults`/`overrides`: `strategy` atomic|merge, atomic when unset
     (the CRD's default); settings in the spec proper are implicit defaults."""
@@ -123,6 +134,7 @@ def _kuadrant_stanzas(
         wrapper_spelling="plural",
         merge="atomic",
         stanza_selector="strategy",
+        ignored_beside_stanzas=ignored_beside_stanzas,
     )
 
 
@@ -212,14 +224,23 @@ CATALOG: tuple[CatalogEntry, ...] = (
     ),
     # No CEL; its task page targets a Gateway, or the GatewayClass when Gateways are merged.
     _envoy_gateway("EnvoyPatchPolicy", "envoypatchpolicies", frozenset({GATEWAY_CLASS, GATEWAY})),
-    # Kuadrant: `targetRef` (singular) to a Gateway API kind, `sectionName` allowed.
-    _kuadrant_stanzas("RateLimitPolicy", "ratelimitpolicies", GATEWAY_HTTP_GRPC, version="v1"),
+    # Kuadrant: `targetRef` (singular) to a Gateway API kind, `sectionName` allowed. The rate
+    # limit kinds' CEL refuses `limits` beside a stanza but not `when` (their Go types read the
+    # stanza alone then); AuthPolicy's refuses `when`, `patterns` and `rules` alike.
+    _kuadrant_stanzas(
+        "RateLimitPolicy",
+        "ratelimitpolicies",
+        GATEWAY_HTTP_GRPC,
+        version="v1",
+        ignored_beside_stanzas=frozenset({"when"}),
+    ),
     _kuadrant_stanzas("AuthPolicy", "authpolicies", GATEWAY_HTTP_GRPC, version="v1"),
     _kuadrant_stanzas(
         "TokenRateLimitPolicy",
         "tokenratelimitpolicies",
         frozenset({GATEWAY, HTTP_ROUTE}),
         version="v1alpha1",
+        ignored_beside_stanzas=frozenset({"when"}),
     ),
     _kuadrant_direct("DNSPolicy", "dnspolicies"),
     _kuadrant_direct("TLSPolicy", "tlspolicies"),
@@ -301,8 +322,12 @@ def catalog_markdown() -> str:
             f"`{name}`" for name in (entry.stanza_selector, entry.spec_selector) if name
         )
         scope = " (cluster-scoped)" if entry.cluster_scoped else ""
+        stanzas = entry.wrapper_spelling + "".join(
+            f"; `{name}` beside them ignored (PA-S16)"
+            for name in sorted(entry.ignored_beside_stanzas)
+        )
         lines.append(
             f"| `{entry.group_kind}`{scope} | {entry.policy_class} | {targets} | "
-            f"{entry.wrapper_spelling} | {entry.merge} | {selectors} | {entry.source} |"
+            f"{stanzas} | {entry.merge} | {selectors} | {entry.source} |"
         )
     return "\n".join(lines) + "\n"

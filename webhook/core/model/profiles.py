@@ -67,6 +67,9 @@ class KindProfile:
     setting_keys: frozenset[str] = frozenset()
     # Policies of the kind may name no target at all (catalog, see there): no PA-S02.
     target_optional: bool = False
+    # Keys of the spec proper the vendor accepts beside a stanza and ignores there (catalog,
+    # see there): PA-S16, not PA-S09.
+    ignored_beside_stanzas: frozenset[str] = frozenset()
     exclusive_stanzas: bool = False
     overrides_forbidden_on: frozenset[GroupKind] = frozenset()
     cross_namespace: CrossNamespace = "referencegrant"
@@ -181,6 +184,7 @@ def base_profile(gk: GroupKind, from_crd: KindProfile | None) -> KindProfile:
         catalog_source=entry.source,
         setting_keys=entry.setting_keys,
         target_optional=entry.target_optional,
+        ignored_beside_stanzas=entry.ignored_beside_stanzas,
     )
 
 

@@ -1,4 +1,4 @@
-"""Shape rules PA-S01…PA-S15 (SPEC §2.1): what a policy's `spec` may look like.
+"""Shape rules PA-S01…PA-S16 (SPEC §2.1): what a policy's `spec` may look like.
 
 Each check looks at the raw spec as the user wrote it, so that every field path in a finding
 points at what they typed. Checks never stop at the first problem.
@@ -257,14 +257,25 @@ def _wrappers(
     findings += _stanza_selectors(present, profile)
     proper = spec_proper_of(spec, profile)
     if present:
+        stanza = next(iter(present))
         for name in sorted(proper):
-            findings.append(
-                Finding(
-                    "PA-S09",
-                    f"spec.{name}",
-                    f"is set beside spec.{next(iter(present))}; move it into a stanza",
+            if name in profile.ignored_beside_stanzas:
+                findings.append(
+                    Finding(
+                        "PA-S16",
+                        f"spec.{name}",
+                        f"is ignored beside spec.{stanza} (the stanza alone applies); "
+                        f"move it into spec.{stanza}",
+                    )
                 )
-            )
+            else:
+                findings.append(
+                    Finding(
+                        "PA-S09",
+                        f"spec.{name}",
+                        f"is set beside spec.{stanza}; move it into a stanza",
+                    )
+                )
     findings += _stanza_content(spec, present, proper, profile=profile)
     return findings
 
