@@ -631,3 +631,72 @@ def test_an_operator_may_deny_what_pa_s16_warns_about() -> None:
     verdict = admit(store, kuadrant("RateLimitPolicy", target + KUADRANT_WHEN
                                     + f"  defaults: {KUADRANT_LIMITS}"))  # fmt: skip
     assert fired(verdict)["PA-S16"] == ["spec.when"] and not verdict.allowed
+
+
+FIXTURE_TARGET_REFS = "targetRefs: {type: array, maxItems: 16, items: {type: object}}"
+
+
+def crds_with_retry_target_refs(schema: str) -> str:
+    """The unit tests' policy CRDs, RetryPolicy's `targetRefs` described by `schema`."""
+    assert FIXTURE_TARGET_REFS in POLICY_CRDS
+    return POLICY_CRDS.replace(FIXTURE_TARGET_REFS, f"targetRefs: {schema}", 1)
+
+
+def many_refs(count: int, api_version: str = "policies.example.com/v1alpha1",
+              kind: str = "RetryPolicy") -> str:  # fmt: skip
+    refs = "".join(
+        f"  - {{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r{i}}}\n"
+        for i in range(count)
+    )
+    return f"""
+apiVersion: {api_version}
+kind: {kind}
+metadata: {{name: w, namespace: apps}}
+spec:
+  targetRefs:
+{refs}  defaults: {{maxRetries: 1}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("schema", "count", "limit"),
+    [
+        ("{type: array, maxItems: 16, items: {type: object}}", 17, 16),
+        ("{type: array, maxItems: 20, items: {type: object}}", 21, 20),
+        ("{type: array, maxItems: 20, items: {type: object}}", 20, None),
+        ("{type: array, items: {type: object}}", 40, None),
+    ],
+    ids=["crd-16", "crd-20-over", "crd-20-at", "crd-no-limit"],
+)
+def test_the_installed_crd_s_max_items_is_the_target_refs_limit(
+    schema: str, count: int, limit: int | None
+) -> None:
+    """PA-S03 denies what the API server refuses and nothing more (SPEC's first principle):
+    its limit is the CRD's `maxItems` on `targetRefs`, and a CRD without one accepts any
+    number, as Envoy Gateway's do."""
+    store = store_of(crds_with_retry_target_refs(schema), CLUSTER)
+    verdict = admit(store, many_refs(count))
+    if limit is None:
+        assert "PA-S03" not in fired(verdict)
+    else:
+        assert fired(verdict)["PA-S03"] == ["spec.targetRefs"] and not verdict.allowed
+        message = next(j.finding.message for j in verdict.judged if j.finding.rule_id == "PA-S03")
+        assert message == f"has {count} entries; at most {limit} are allowed"
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "denied"),
+    [
+        ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy", False),
+        ("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy", False),
+        ("gateway.networking.k8s.io/v1", "BackendTLSPolicy", True),
+        ("policies.example.com/v1alpha1", "RetryPolicy", True),
+    ],
+)
+def test_without_the_crd_the_catalog_s_limit_applies_else_gep_713_s(
+    api_version: str, kind: str, denied: bool
+) -> None:
+    """`check` without CRDs: Envoy Gateway's kinds have no limit (the catalog), Gateway API's
+    BackendTLSPolicy and a kind nobody describes have GEP-713's 16."""
+    verdict = admit(store_of(CLUSTER), many_refs(17, api_version, kind))
+    assert ("PA-S03" in fired(verdict)) is denied

@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # profiles reads this catalog: its names only for annotations
     from webhook.core.model.profiles import Merge, PolicyClass, Spelling
 
 
+GEP_713_MAX_TARGET_REFS = 16  # `targetRefs` in GEP-713's types: maxItems 16
+
+
 @dataclass(frozen=True, slots=True)
 class CatalogEntry:
     """What one vendor's policy kind is, as its CRD and documentation say."""
@@ -64,6 +67,11 @@ class CatalogEntry:
     # where their CEL refuses `limits`. Such a key beside a stanza is PA-S16 (WARN: the API
     # server accepts the policy), not PA-S09.
     ignored_beside_stanzas: frozenset[str] = frozenset()
+    # How many `targetRefs` the vendor's schema admits (None: no limit). GEP-713's types
+    # cap the list at 16 and most vendors copy that; Envoy Gateway's CRDs set no `maxItems`,
+    # and its own tests apply policies naming 18 Gateways. PA-S03 reads the installed CRD's
+    # `maxItems` first, this when the CRD is not at hand (`check` without CRDs).
+    max_target_refs: int | None = GEP_713_MAX_TARGET_REFS
 
 
 # Gateway API kinds that policies attach to, in the bundles the vendors' CEL rules name.
@@ -105,7 +113,8 @@ def _envoy_gateway(
     kind: str, plural: str, targets: frozenset[GroupKind], *, merge_type: bool = False
 ) -> CatalogEntry:
     """Envoy Gateway: Inherited (GEP-713's table), settings in the spec proper; the most
-    specific policy replaces the others whole unless it sets `mergeType` (its docs)."""
+    specific policy replaces the others whole unless it sets `mergeType` (its docs); no
+    limit on `targetRefs` (its CRDs set no `maxItems`)."""
     return CatalogEntry(
         GroupKind(ENVOY_GATEWAY_GROUP, kind),
         "Inherited",
@@ -113,6 +122,7 @@ def _envoy_gateway(
         source=_ENVOY_GATEWAY.format(plural),
         merge="atomic",
         spec_selector="mergeType" if merge_type else None,
+        max_target_refs=None,
     )
 
 

@@ -78,6 +78,23 @@ class KindProfile:
     cluster_scoped: bool = False
     # openAPI v3 schema of the policy's `spec` (from the CRD's served version), if known.
     spec_schema: Mapping[str, Any] | None = None
+    # The catalog's limit on `targetRefs` (None: none), for when the CRD is not at hand.
+    max_target_refs: int | None = catalog.GEP_713_MAX_TARGET_REFS
+
+    def target_refs_limit(self) -> int | None:
+        """How many `targetRefs` a policy of this kind may have (PA-S03); None: no limit.
+
+        The installed CRD decides when its schema describes `targetRefs`: the API server
+        enforces exactly its `maxItems`, and accepts any number without one (SPEC's first
+        principle: never deny what it accepts). Without the CRD, the catalog's limit, else
+        GEP-713's 16.
+        """
+        properties = (self.spec_schema or {}).get("properties")
+        refs = properties.get("targetRefs") if isinstance(properties, Mapping) else None
+        if isinstance(refs, Mapping):
+            limit = refs.get("maxItems")
+            return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+        return self.max_target_refs
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +202,7 @@ def base_profile(gk: GroupKind, from_crd: KindProfile | None) -> KindProfile:
         setting_keys=entry.setting_keys,
         target_optional=entry.target_optional,
         ignored_beside_stanzas=entry.ignored_beside_stanzas,
+        max_target_refs=entry.max_target_refs,
     )
 
 

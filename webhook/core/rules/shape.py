@@ -27,8 +27,6 @@ from webhook.core.model.profiles import KindProfile, PolicyClass
 from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, canonical_group
 from webhook.core.rules.findings import Finding
 
-MAX_TARGET_REFS = 16  # Gateway API: targetRefs has maxItems 16
-
 # Gateway API validation patterns (apis/v1/shared_types.go).
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -39,7 +37,7 @@ def check(
     spec: Mapping[str, Any], *, profile: KindProfile, policy_class: PolicyClass
 ) -> list[Finding]:
     findings: list[Finding] = []
-    findings += _target_fields(spec, target_optional=profile.target_optional)
+    findings += _target_fields(spec, profile)
     for path, raw in raw_target_refs(spec):
         findings += _ref_schema(path, raw)
     for path, raw in raw_target_selectors(spec):
@@ -52,7 +50,7 @@ def check(
 # --- targets --------------------------------------------------------------------------------
 
 
-def _target_fields(spec: Mapping[str, Any], *, target_optional: bool) -> Iterator[Finding]:
+def _target_fields(spec: Mapping[str, Any], profile: KindProfile) -> Iterator[Finding]:
     single, many = spec.get("targetRef"), spec.get("targetRefs")
     selectors = spec.get(SELECTORS_KEY)
     if single is not None and many is not None:
@@ -68,18 +66,17 @@ def _target_fields(spec: Mapping[str, Any], *, target_optional: bool) -> Iterato
         return
     # SPEC §1.7: a selector is a target; a kind whose policies may be named from elsewhere
     # (the catalog's `target_optional`) needs none.
-    if single is None and not many and not selectors and not target_optional:
+    if single is None and not many and not selectors and not profile.target_optional:
         what = (
             "spec.targetRefs is empty"
             if many == []
             else "none of spec.targetRef, spec.targetRefs, spec.targetSelectors is set"
         )
         yield Finding("PA-S02", "spec.targetRefs", f"{what}: the policy applies to nothing")
-    if isinstance(many, list) and len(many) > MAX_TARGET_REFS:
+    limit = profile.target_refs_limit()
+    if isinstance(many, list) and limit is not None and len(many) > limit:
         yield Finding(
-            "PA-S03",
-            "spec.targetRefs",
-            f"has {len(many)} entries; at most {MAX_TARGET_REFS} are allowed",
+            "PA-S03", "spec.targetRefs", f"has {len(many)} entries; at most {limit} are allowed"
         )
 
 
