@@ -294,25 +294,31 @@ def test_the_value_assembled_from_pieces_is_the_value_dumped_whole() -> None:
     assert summary.assemble({}) == (None, summary.NO_SPANS)
 
 
-def test_values_hold_each_answer_s_json_and_each_kind_s_name_as_one_string_for_all() -> None:
-    """Only the paths are each value's own: an answer's `effective` and `sources` (the same
-    board, met by several objects) and a kind's name are one string every value refers to."""
+def test_values_hold_each_answer_s_json_each_kind_s_name_and_each_path_as_one_string_for_all() -> (
+    None
+):
+    """An answer's `effective` and `sources` (the same board, met by several objects), a
+    kind's name, and a printed path (listed by each kind that reaches the object through it,
+    and again whenever a piece is made anew) are one string every value refers to."""
     store = Store()
     for doc in EVERY_DOC:
         store.upsert(doc)
     dumps: summary.Dumps = {}
     held: dict[str, list[str]] = {}
-    for key in OBSERVED:
-        value, _ = summary.assemble(
-            summary.pieces_of(effective.compute(key, store, with_losers=False), dumps)
-        )
-        for fragment in value or ():
-            if fragment.startswith(('{"effective":', ',"sources":', '"', ',"')):
-                held.setdefault(fragment, []).append(fragment)
+    for _ in range(2):  # the second time with the engine's JSON of boards made afresh
+        for key in OBSERVED:
+            value, _ = summary.assemble(
+                summary.pieces_of(effective.compute(key, store, with_losers=False), dumps)
+            )
+            for fragment in value or ():
+                if fragment.startswith(('{"effective":', '],"sources":', '"', ',"', '["')):
+                    held.setdefault(fragment, []).append(fragment)
+        dumps = {}
     shared = [same for same in held.values() if len(same) > 1]
     assert any(same[0].startswith('{"effective":') for same in shared)  # a board met twice
-    assert any(same[0].startswith(',"sources":') for same in shared)
+    assert any(same[0].startswith('],"sources":') for same in shared)
     assert any(same[0].endswith('.com":') for same in shared)  # a kind's name
+    assert any(same[0].startswith('["') for same in shared)  # a path
     assert all(all(fragment is same[0] for fragment in same) for same in shared)
 
 

@@ -69,7 +69,7 @@ class DumpedGroup(NamedTuple):
     group_key: str  # `[effective, sources]` dumped: contexts alike in both are one entry
     effective_json: str  # the effective value dumped
     # A context of this answer, as the value writes it around its paths: `{"effective":…,
-    # "paths":` and `,"sources":…}`. Every value holding the answer holds these two strings.
+    # "paths":[` and `],"sources":…}`. Every value holding the answer holds these two strings.
     opening: str
     closing: str
 
@@ -162,7 +162,8 @@ def _bounds_format(kinds: int) -> struct.Struct:
 
 def pieces_of(results: Sequence[effective.KindResult], dumps: Dumps | None = None) -> Pieces:
     dumps = dumps if dumps is not None else {}
-    return {str(r.group_kind): _kind_fragments(r, dumps) for r in results}
+    written: dict[tuple[str, ...], str] = {}  # one object's paths, met again by its other kinds
+    return {str(r.group_kind): _kind_fragments(r, dumps, written) for r in results}
 
 
 _OPEN = '{"policies":{'
@@ -228,14 +229,30 @@ def summary_value(
     }
 
 
-def _kind_fragments(result: effective.KindResult, dumps: Dumps) -> Fragments:
+def _kind_fragments(
+    result: effective.KindResult, dumps: Dumps, written: dict[tuple[str, ...], str]
+) -> Fragments:
     """`dump(_kind_entry(result, dumps))`, in fragments: each context is its answer's opening,
-    its own paths and its answer's closing (`DumpedGroup`), so only the paths are written."""
+    its paths, one fragment each, and its answer's closing (`DumpedGroup`).
+
+    Nearly all of a value's text is its paths, and each path is listed by every kind that
+    reaches the object through it, and again in each piece made anew after a policy edit:
+    each is written once per object (`written`) and interned, so one string serves them all
+    (as `trim` interns names; mortal on CPython 3.11, the image's).
+    """
     out = ['{"contexts":[']
     for i, (paths, done) in enumerate(_ordered_groups(result, dumps)):
         if i:
             out.append(",")
-        out += (done.opening, dump(paths), done.closing)
+        out.append(done.opening)
+        for j, path in enumerate(paths):
+            if j:
+                out.append(",")
+            path_json = written.get(path)
+            if path_json is None:
+                path_json = written[path] = sys.intern(dump(path))
+            out.append(path_json)
+        out.append(done.closing)
     out.append(_policies_tail(result.policies))
     return tuple(out)
 
@@ -286,8 +303,8 @@ def dumped_group(found: effective.ResultGroup | ContextResult, dumps: Dumps) -> 
             # signature, the same values) are one string too. Made once per board, not per
             # value; freed with their last holder where interned strings are mortal (CPython
             # 3.11, the image's; 3.12.5 on), kept for good on 3.12.0-3.12.4.
-            sys.intern(f'{{"effective":{effective_json},"paths":'),
-            sys.intern(f',"sources":{sources_dump}}}'),
+            sys.intern(f'{{"effective":{effective_json},"paths":['),
+            sys.intern(f'],"sources":{sources_dump}}}'),
         )
     return done
 
