@@ -447,3 +447,27 @@ def test_the_cut_property_catches_a_miscounted_context(monkeypatch: pytest.Monke
     cap = size_without(kinds, 1)
     with pytest.raises(AssertionError, match="a context dropped that would fit"):
         assert_cut_right(kinds, cap, summary.truncated({"policies": kinds}, cap))
+
+
+def test_a_kind_s_answers_are_ordered_by_their_paths_then_their_json_and_written_from_it() -> None:
+    """Each answer is kept as the two strings a context of it is written between; ordering
+    by them is ordering by the answer's effective value and then its sources as JSON (a JSON
+    object is never the start of another), and the sources made again as data are the ones
+    written."""
+    store = Store()
+    for doc in EVERY_DOC:
+        store.upsert(doc)
+    dumps: summary.Dumps = {}
+    compared = 0
+    for key in OBSERVED:
+        for result in effective.compute(key, store, with_losers=False):
+            ordered = summary._ordered_groups(result, dumps)
+            as_json = [
+                (paths, summary.dump(done.effective), summary.dump(done.sources_json()))
+                for paths, done in ordered
+            ]
+            assert as_json == sorted(as_json)
+            for _, done in ordered:
+                assert done.closing == f'],"sources":{summary.dump(done.sources_json())}}}'
+            compared += len(ordered) > 1
+    assert compared  # some kind has two answers to order

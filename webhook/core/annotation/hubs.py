@@ -209,7 +209,7 @@ class Hub:
         dumps = memo.engine_of(store).dumps
         out = []
         for gk, totals in self._kinds.items():
-            groups: dict[str, Group] = {}
+            groups: dict[tuple[str, str], Group] = {}
             for signature, paths in totals.signatures.items():
                 found = effective.signature_answer(key, obj, store, gk, signature)
                 done = summary.dumped_group(found, dumps)
@@ -274,25 +274,25 @@ class Group:
             return self.members[0].ordered
         return sorted({path for paths in self.members for path in paths.ordered})
 
-    def order(self) -> tuple[Path, str, str]:
+    def order(self) -> tuple[Path, tuple[str, str]]:
         """As `summary` orders a kind's contexts — by their sorted paths, then the answer —
         where no two groups start with the same path."""
-        return self.first(), self.dumped.effective_json, self.dumped.group_key
+        return self.first(), self.dumped.group_key
 
     def entry(self, *, sources: bool) -> dict[str, Any]:
         found: dict[str, Any] = {"effective": self.dumped.effective, "paths": self.ordered()}
         if sources:
-            found["sources"] = self.dumped.sources_json
+            found["sources"] = self.dumped.sources_json()
         return found
 
     def size(self, *, sources: bool) -> int:
-        """The size of `summary.dump(self.entry(sources=...))`, without writing the paths."""
-        skeleton = {"effective": self.dumped.effective, "paths": []}
-        if sources:
-            skeleton["sources"] = self.dumped.sources_json
+        """The size of `summary.dump(self.entry(sources=...))`, without writing the paths:
+        the answer's opening and closing, around the paths (`]}` closes it without sources)."""
+        skeleton = summary.size(self.dumped.opening)
+        skeleton += summary.size(self.dumped.closing) if sources else len("]}")
         held = sum(paths.path_bytes for paths in self.members)
         count = sum(len(paths.ordered) for paths in self.members)
-        return summary.size(summary.dump(skeleton)) + held + count - 1  # commas between paths
+        return skeleton + held + count - 1  # commas between paths
 
 
 @dataclass(slots=True)
@@ -322,7 +322,7 @@ def _direct_entries(key: ObjectKey, store: Store) -> list[KindEntry]:
     dumps = memo.engine_of(store).dumps
     out = []
     for result in effective.direct_results(key, store):
-        groups: dict[str, Group] = {}
+        groups: dict[tuple[str, str], Group] = {}
         for found in result.groups:
             done = summary.dumped_group(found, dumps)
             group = groups.setdefault(done.group_key, Group(done, [Paths()]))

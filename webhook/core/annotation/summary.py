@@ -61,17 +61,30 @@ def kind_pieces(key: ObjectKey, view: ClusterView, gk: GroupKind) -> Pieces:
 
 
 class DumpedGroup(NamedTuple):
-    """A shared board's JSON, kept in the engine memo for as long as the board itself."""
+    """A shared board's JSON, kept in the engine memo for as long as the board itself.
+
+    Only what every value needs is kept: the two strings a context of this answer is written
+    between. The answer as data (`sources_json`) is made again when asked, for the rare value
+    written as data (truncated, explained); the board's effective value and sources are held
+    anyway.
+    """
 
     effective: Mapping[str, Any]  # held, so that its id stays its own while kept
     sources: Mapping[str, Any]  # likewise (the board's `Source`s)
-    sources_json: dict[str, Any]  # the sources as JSON-ready data
-    group_key: str  # `[effective, sources]` dumped: contexts alike in both are one entry
-    effective_json: str  # the effective value dumped
     # A context of this answer, as the value writes it around its paths: `{"effective":…,
     # "paths":[` and `],"sources":…}`. Every value holding the answer holds these two strings.
     opening: str
     closing: str
+
+    @property
+    def group_key(self) -> tuple[str, str]:
+        """Contexts alike in effective value and sources are one entry. In this order the
+        keys sort as the answers' JSON does: a JSON object is never a prefix of another."""
+        return self.opening, self.closing
+
+    def sources_json(self) -> dict[str, Any]:
+        """The sources as JSON-ready data."""
+        return {ptr: src.as_json() for ptr, src in self.sources.items()}
 
 
 Dumps = memo.Table[tuple[int, int], Any]  # (id of effective, id of sources) → DumpedGroup
@@ -259,7 +272,7 @@ def _kind_fragments(
 
 def _kind_entry(result: effective.KindResult, dumps: Dumps) -> dict[str, Any]:
     contexts = [
-        {"effective": done.effective, "sources": done.sources_json, "paths": paths}
+        {"effective": done.effective, "sources": done.sources_json(), "paths": paths}
         for paths, done in _ordered_groups(result, dumps)
     ]
     return {"contexts": contexts, "policies": list(result.policies)}
@@ -271,18 +284,18 @@ def _ordered_groups(
     """A kind's contexts as the value lists them: those with the same answer as one entry
     (they share one result object, within an object and, through the engine memo, across
     objects: each dumped once), ordered by their sorted paths, then the answer."""
-    groups: dict[str, tuple[DumpedGroup, set[tuple[str, ...]]]] = {}
+    groups: dict[tuple[str, str], tuple[DumpedGroup, set[tuple[str, ...]]]] = {}
     for found in result.groups:
         done = dumped_group(found, dumps)
         group = groups.get(done.group_key)
         if group is None:
             group = groups[done.group_key] = (done, set())
         group[1].update(map(result.all_paths.__getitem__, found.indices))
-    ordered = sorted(  # the group key last: unique, so that answers are never compared
-        (sorted(paths), done.effective_json, group_key, done)  # paths as tuples: JSON arrays
+    ordered = sorted(  # the group key before the group: unique, so groups are never compared
+        (sorted(paths), group_key, done)  # paths as tuples: JSON arrays
         for group_key, (done, paths) in groups.items()
     )
-    return [(paths, done) for paths, _, _, done in ordered]
+    return [(paths, done) for paths, _, done in ordered]
 
 
 def dumped_group(found: effective.ResultGroup | ContextResult, dumps: Dumps) -> DumpedGroup:
@@ -292,13 +305,9 @@ def dumped_group(found: effective.ResultGroup | ContextResult, dumps: Dumps) -> 
     if done is None:
         sources = {ptr: src.as_json() for ptr, src in found.sources.items()}
         effective_json, sources_dump = dump(found.effective), dump(sources)
-        group_key = f"[{effective_json},{sources_dump}]"  # alike in both: one entry
         done = dumps[identity] = DumpedGroup(
             found.effective,
             found.sources,
-            sources,
-            group_key,
-            effective_json,
             # Interned, as `trim` interns names: equal answers of different boards (another
             # signature, the same values) are one string too. Made once per board, not per
             # value; freed with their last holder where interned strings are mortal (CPython
