@@ -206,7 +206,8 @@ spec:
 def test_kept_ladders_hold_one_set_of_section_names_for_objects_that_have_the_same() -> None:
     """A ladder is kept per object, with the object's section names: routes with the same rule
     names (Services with the same port names) keep one set between them, not one each — at
-    the benchmark's default scale, 105 distinct sets among 15,259 objects."""
+    the benchmark's default scale, 105 distinct sets among 15,259 objects. So are the tuples
+    of indices of the contexts that meet the same rungs (837 distinct among 39,231)."""
     store = store_of(
         CRDS,
         STATE,
@@ -221,6 +222,10 @@ def test_kept_ladders_hold_one_set_of_section_names_for_objects_that_have_the_sa
     kept_r2, kept_r3 = ladders.reached[r2].sections, ladders.reached[r3].sections
     assert kept_r2 == kept_r3 == frozenset({"a", "b"})
     assert kept_r2 is kept_r3
+    indices_r2 = list(ladders.reached[r2].ladder.by_policy_rungs.values())
+    indices_r3 = list(ladders.reached[r3].ladder.by_policy_rungs.values())
+    assert indices_r2 == indices_r3 and indices_r2
+    assert all(a is b for a, b in zip(indices_r2, indices_r3, strict=True))
 
 
 def retargeted(store: Store) -> dict[str, object]:

@@ -128,14 +128,15 @@ def _path(context: Context, paths: dict[Context, tuple[str, ...]]) -> tuple[str,
 
 
 def _with_shared_parts(found: Reached, shared: dict[Any, Any]) -> Reached:
-    """`found` as kept for later states: equal rung tuples, kind lists and section-name sets
-    shared between objects (a handful of distinct ones among thousands: at the benchmark's
-    default scale, 105 distinct sets of section names among 15,259), indices as tuples. What
-    is kept is what every full garbage collection walks, so it is kept small
-    (docs/performance.md)."""
+    """`found` as kept for later states: equal rung tuples, kind lists, section-name sets and
+    tuples of indices shared between objects (a handful of distinct ones among thousands: at
+    the benchmark's default scale, 105 distinct sets of section names among 15,259, and 837
+    distinct tuples of indices among 39,231). What is kept is what every full garbage
+    collection walks, so it is kept small (docs/performance.md)."""
     ladder = found.ladder
     by_policy_rungs = {
-        shared.setdefault(rungs, rungs): tuple(ix) for rungs, ix in ladder.by_policy_rungs.items()
+        shared.setdefault(rungs, rungs): shared.setdefault(ix := tuple(indices), ix)
+        for rungs, indices in ladder.by_policy_rungs.items()
     }
     return Reached(
         Ladder(ladder.contexts, ladder.paths, by_policy_rungs),
