@@ -111,7 +111,8 @@ class Board:
     def result(self, context: Context) -> ContextResult:
         final = {p: v for p, (v, _) in self.won.items() if not (is_presence(p) and p in self.below)}
         built = leaves.build(final)
-        sources = {leaves.pointer(p, built): self.won[p][1].source for p in final}
+        pointer = leaves.Pointers(built)
+        sources = {pointer(p): self.won[p][1].source for p in final}
         losers = tuple(sorted(self.losers.values(), key=loser_order)) if self.losers else ()
         return ContextResult(context, hierarchy.path_of(context), built, sources, losers)
 
