@@ -700,3 +700,25 @@ def test_without_the_crd_the_catalog_s_limit_applies_else_gep_713_s(
     BackendTLSPolicy and a kind nobody describes have GEP-713's 16."""
     verdict = admit(store_of(CLUSTER), many_refs(17, api_version, kind))
     assert ("PA-S03" in fired(verdict)) is denied
+
+
+def test_a_security_policy_listing_thousands_of_cidrs_is_not_denied() -> None:
+    """Envoy Gateway's `clientCIDRs` has no `maxItems`, and allow- or deny-lists of cloud or
+    country ranges run to thousands: a list of strings is one leaf to every rule, so such a
+    policy is judged like any other, not refused as too large to read (PA-S00)."""
+    cidrs = ", ".join(f"10.{i // 256}.{i % 256}.0/24" for i in range(10_000))
+    text = f"""
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: SecurityPolicy
+metadata: {{name: allow-offices, namespace: apps}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: storefront}}]
+  authorization:
+    defaultAction: Deny
+    rules:
+    - action: Allow
+      principal: {{clientCIDRs: [{cidrs}]}}
+"""
+    verdict = admit(store_of(CLUSTER), text)
+    assert verdict.allowed, fired(verdict)
+    assert "PA-S00" not in fired(verdict)

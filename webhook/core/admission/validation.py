@@ -11,7 +11,7 @@ from typing import Any
 
 from webhook.core.admission.reviews import Request
 from webhook.core.model import kinds, meta
-from webhook.core.model.policy import class_of, read_policy, spec_of
+from webhook.core.model.policy import SELECTORS_KEY, class_of, read_policy, spec_of
 from webhook.core.model.profiles import POLICY_LABEL, KindProfile
 from webhook.core.model.refs import GroupKind, ObjectKey, key_of
 from webhook.core.model.settings import Settings
@@ -130,12 +130,20 @@ def _object_findings(
 
 
 def _too_big(spec: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(field, message) when `spec` is deeper or larger than the rules will read; else None."""
+    """(field, message) when `spec` is deeper or larger than the rules will read; else None.
+
+    Counted: every field, and every object or list inside a list. A list of strings or
+    numbers is one leaf to every rule (SPEC §5.3) and costs them next to nothing however long
+    it is — Envoy Gateway's `clientCIDRs` may list thousands of ranges, which its API server
+    accepts — so its items count once, with the field; but the items of `targetRefs` and
+    `targetSelectors` are each judged, so each counts."""
     values = 1
     stack: list[tuple[object, int, str]] = [(spec, 1, "spec")]
     while stack:
         value, depth, top = stack.pop()
-        if not isinstance(value, Mapping | list):
+        if isinstance(value, list) and not (depth == 2 and top in _JUDGED_ONE_BY_ONE):
+            value = [child for child in value if isinstance(child, Mapping | list)]
+        elif not isinstance(value, Mapping | list):
             continue
         values += len(value)  # counted before they are looked at: a list may hold millions
         if values > MAX_SPEC_VALUES:
@@ -150,6 +158,9 @@ def _too_big(spec: Mapping[str, Any]) -> tuple[str, str] | None:
         else:
             stack.extend((child, depth + 1, top) for child in value)
     return None
+
+
+_JUDGED_ONE_BY_ONE = frozenset({"spec.targetRefs", f"spec.{SELECTORS_KEY}"})
 
 
 def _namespace_of(obj: Mapping[str, Any]) -> str:

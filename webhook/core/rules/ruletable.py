@@ -49,7 +49,7 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("PA-S00", "deny", "the policy cannot be read: `spec` is missing, not an object, or nested deeper than 64 levels or larger than 5,000 values",
+    Rule("PA-S00", "deny", "the policy cannot be read: `spec` is missing, not an object, or nested deeper than 64 levels or larger than 5,000 values (fields, and objects inside lists; a list of strings or numbers counts once)",
          "give the policy a `spec` mapping with targetRefs and its settings, of a realistic size", "FieldValueInvalid", "2.6"),
     Rule("PA-S01", "deny", "both `targetRef` and `targetRefs` are set",
          "keep one of them; prefer `targetRefs`", "FieldValueForbidden", "2.1"),
