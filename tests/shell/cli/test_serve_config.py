@@ -114,3 +114,9 @@ def test_a_variable_is_read_as_its_flag_would_be(
 ) -> None:
     monkeypatch.setenv(variable, value)
     assert getattr(serve_config_from(build_parser().parse_args(["serve"])), field) == read
+
+
+@pytest.mark.parametrize("given", ["debug", "Warning", "ERROR"])
+def test_log_level_is_read_in_any_case_on_the_command_line_as_from_its_variable(given: str) -> None:
+    args = build_parser().parse_args(["serve", "--log-level", given])
+    assert serve_config_from(args).log_level == given.upper()

@@ -109,7 +109,7 @@ def add_flags(
         help="on SIGTERM, how long to keep serving while /readyz fails, so endpoints drop us first")  # fmt: skip
     levels = ("DEBUG", "INFO", "WARNING", "ERROR")
     add("--log-level", default=env("--log-level", "INFO", type=str.upper, choices=levels),
-        choices=levels)  # fmt: skip
+        type=str.upper, choices=levels)  # any case, as its variable  # fmt: skip
     formats = ("json", "text")
     add("--log-format", default=env("--log-format", "json", choices=formats), choices=formats)
     add("--log-bodies", action="store_true", default=env_bool("--log-bodies"),
