@@ -23,7 +23,8 @@ def test_a_list_map_item_s_pointer_is_its_index_in_the_object_built() -> None:
     }
     found = leaves.leaves(value, SCHEMA)
     built = leaves.build(found)
-    pointers = {leaves.pointer(path, built): found[path] for path in found}
+    pointer = leaves.Pointers(built)
+    pointers = {pointer(path): found[path] for path in found}
     assert built["perStatus"] == [{"code": 502, "backoff": "1s"}, {"code": 503, "maxRetries": 2}]
     assert pointers == {
         "/perStatus/0/backoff": "1s",

@@ -171,13 +171,8 @@ def _finish(node: Any) -> Any:
     return node
 
 
-def pointer(path: Path, built: Mapping[str, Any]) -> str:
-    """The JSON pointer (RFC 6901) of a leaf inside the object `build` made."""
-    return Pointers(built)(path)
-
-
 class Pointers:
-    """JSON pointers of leaves inside one object `build` made. A list-map item's index is
+    """JSON pointers (RFC 6901) of leaves inside one object `build` made. A list-map item's index is
     looked up by its keys, each list indexed once: a policy may list thousands of items
     (a CRD's list-map has no size limit), and finding each one's index by a scan was
     quadratic — 5,000 items took seconds of the event loop."""
