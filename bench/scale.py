@@ -283,7 +283,7 @@ def load(listed: list[bytes], store: Store) -> None:
     one by one (they list a page at a time; all the untrimmed objects held at once would set
     the peak RSS)."""
     for text in listed:
-        store.upsert(trim(orjson.loads(text)))
+        store.upsert(trim(orjson.loads(text), parts=store.parts))
 
 
 def stored_keys(keys: list[ObjectKey], store: Store) -> list[ObjectKey]:
@@ -316,7 +316,7 @@ def converge(
         # event's own copy would be.)
         annotations = {key: value.encode().decode()}
         event = {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
-        store.upsert(trim(event, keep_annotation=key))
+        store.upsert(trim(event, keep_annotation=key, parts=store.parts))
         written += 1
     return written
 

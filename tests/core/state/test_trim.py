@@ -48,19 +48,26 @@ def gateway() -> dict[str, Any]:
     }
 
 
-def test_metadata_keeps_identity_age_deletion_and_labels_and_drops_the_rest() -> None:
+def test_metadata_keeps_identity_version_deletion_and_labels_and_drops_the_rest() -> None:
     metadata = trim(gateway(), keep_annotation=KEY)["metadata"]
     assert metadata == {
         "name": "gw",
         "namespace": "infra",
-        "uid": "4f6c1d2e-0000-4000-8000-000000000001",
         "resourceVersion": "4242",
         "generation": 3,
-        "creationTimestamp": "2024-05-01T10:00:00Z",
         "deletionTimestamp": "2024-05-02T10:00:00Z",
         "labels": {"team": "edge"},
         "annotations": {KEY: fingerprint('{"version":1}')},
     }
+
+
+def test_a_policy_keeps_its_uid_and_age_which_no_other_kind_is_read_for() -> None:
+    """SPEC §4.4 orders policies by age; an audit names a policy by uid. A Gateway, a route,
+    a Service is never a policy (`kinds.NEVER_POLICIES`): its uid and age are not kept."""
+    policy = gateway() | {"apiVersion": "policies.example.com/v1alpha1", "kind": "RetryPolicy"}
+    metadata = trim(policy, keep_annotation=KEY)["metadata"]
+    assert metadata["uid"] == "4f6c1d2e-0000-4000-8000-000000000001"
+    assert metadata["creationTimestamp"] == "2024-05-01T10:00:00Z"
 
 
 def test_our_annotation_is_kept_as_a_short_fingerprint_equal_for_equal_values() -> None:

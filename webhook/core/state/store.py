@@ -22,6 +22,7 @@ from webhook.core.model.profiles import (
     refine,
 )
 from webhook.core.model.refs import GroupKind, ObjectKey, key_of
+from webhook.core.state.parts import SharedParts
 
 if TYPE_CHECKING:  # the engine's memo of this store's state: made and kept fresh there
     from webhook.core.engine.memo import StoreMemo
@@ -103,6 +104,9 @@ class Store:
         # kind's profile decides which policies count where). A policy's new values alone leave
         # it, so what the engine memo keeps about where policies attach outlives such an edit.
         self.attachment_revision = 0
+        # One object for equal parts of the objects held (`parts.SharedParts`): the informers
+        # trim what they decode with it (`trim.trim`), so that what they store shares them.
+        self.parts = SharedParts()
         # Work the engine shares between computations on this state (`engine/memo.py`): owned
         # here, made there on first use, checked against the revisions above on every use.
         self.memo: StoreMemo | None = None

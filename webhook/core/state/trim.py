@@ -16,6 +16,7 @@ from typing import Any
 from webhook.core.model import kinds
 from webhook.core.model.profiles import is_policy_crd
 from webhook.core.model.refs import GroupKind, group_of
+from webhook.core.state.parts import NoSharing, SharedParts, Sharing
 
 # Read by the rules (4.4 order, PA-T08 deleting targets), by key_of and by the informers.
 _METADATA_FIELDS = (
@@ -34,7 +35,7 @@ _UNREAD_METADATA = frozenset({"annotations", "resourceVersion", "generation", "m
 _UNREAD_TOP = frozenset({"status"})
 # Set by the API server as it stores a new object, after mutating admission has seen it. Read of
 # policies only (SPEC §4.4's order by age; an audit finding's uid), never for the summary of an
-# annotated object.
+# annotated object: not kept of the kinds that are never policies (most of a cluster's objects).
 _SET_WHEN_STORED = frozenset({"uid", "creationTimestamp"})
 # A Service port is a section by `name` and is selected by `port` number (SPEC §2.2, §4.3).
 _SERVICE_PORT_FIELDS = ("name", "port", "protocol")
@@ -49,29 +50,33 @@ _CRD_SPEC_FIELDS = ("group", "names", "scope")
 _CRD_VERSION_FIELDS = ("name", "served", "storage")
 
 
-def trim(obj: Mapping[str, Any], *, keep_annotation: str = "") -> dict[str, Any]:
+def trim(
+    obj: Mapping[str, Any], *, keep_annotation: str = "", parts: SharedParts | None = None
+) -> dict[str, Any]:
     """A new, smaller object holding only what is read downstream; `obj` is left as it was.
 
     `keep_annotation` is the one annotation kept (the effective-policies key, which the
     reconciler compares before patching), as its `fingerprint`; every other annotation is
-    dropped.
+    dropped. With `parts` (a store's), a route's parents and backends, a Service's ports and
+    labels are the equal ones other objects hold where there are such (`parts.SharedParts`).
     """
     kind = obj.get("kind")
     gk = GroupKind(group_of(obj.get("apiVersion")), kind if isinstance(kind, str) else "")
+    shared = parts if parts is not None else _NO_SHARING
     out: dict[str, Any] = {}
     for field in ("apiVersion", "kind"):
         if field in obj:
             out[field] = _word(obj[field])
     metadata = obj.get("metadata")
     if isinstance(metadata, Mapping):
-        out["metadata"] = _trim_metadata(metadata, keep_annotation)
+        out["metadata"] = _trim_metadata(metadata, keep_annotation, gk, shared)
     spec = obj.get("spec")
     if gk == kinds.NAMESPACE or spec is None:
         return out  # a Namespace matters only by its name and labels (allowedRoutes selectors)
     if gk == kinds.SERVICE:
-        out["spec"] = _trim_service_spec(spec)
+        out["spec"] = _trim_service_spec(spec, shared)
     elif gk in kinds.ROUTE_KINDS:
-        out["spec"] = _trim_route_spec(spec)
+        out["spec"] = _trim_route_spec(spec, shared)
     elif gk == kinds.CRD:
         out["spec"] = _trim_crd_spec(spec, is_policy=is_policy_crd(obj))
     else:
@@ -79,13 +84,21 @@ def trim(obj: Mapping[str, Any], *, keep_annotation: str = "") -> dict[str, Any]
     return out
 
 
-def _trim_metadata(metadata: Mapping[str, Any], keep_annotation: str) -> dict[str, Any]:
+_NO_SHARING = NoSharing()
+
+
+def _trim_metadata(
+    metadata: Mapping[str, Any], keep_annotation: str, gk: GroupKind, shared: Sharing
+) -> dict[str, Any]:
     out = {field: metadata[field] for field in _METADATA_FIELDS if field in metadata}
+    if gk in kinds.NEVER_POLICIES:
+        for field in _SET_WHEN_STORED:
+            out.pop(field, None)
     if "namespace" in out:
         out["namespace"] = _word(out["namespace"])
     labels = out.get("labels")
     if isinstance(labels, Mapping):
-        out["labels"] = _words(labels)
+        out["labels"] = shared.share(_words(labels))
     annotations = metadata.get("annotations")
     if keep_annotation and isinstance(annotations, Mapping) and keep_annotation in annotations:
         value = annotations[keep_annotation]  # a non-string (no value of ours) as it is
@@ -112,23 +125,22 @@ def fingerprint(value: str) -> str:
 _FINGERPRINT = "blake2b:"
 
 
-def _trim_service_spec(spec: object) -> object:
+def _trim_service_spec(spec: object, shared: Sharing) -> object:
     if not isinstance(spec, Mapping):
         return spec  # malformed: keep it as it is, the rules report what they cannot read
     ports = spec.get("ports")
     if not isinstance(ports, list):
         return {}
-    return {
-        "ports": [
-            {f: _word(port[f]) for f in _SERVICE_PORT_FIELDS if f in port}
-            if isinstance(port, Mapping)
-            else port
-            for port in ports
-        ]
-    }
+    kept = [
+        shared.share({f: _word(port[f]) for f in _SERVICE_PORT_FIELDS if f in port})
+        if isinstance(port, Mapping)
+        else port
+        for port in ports
+    ]
+    return shared.share({"ports": shared.share(kept)})
 
 
-def _trim_route_spec(spec: object) -> object:
+def _trim_route_spec(spec: object, shared: Sharing) -> object:
     """parentRefs as they are; rules with their names and backends only. A weight, a match or
     a filter is no input of any summary, so an edit of only those (a canary's weights) leaves
     every computed value in place (`relevant`). Malformed parts are kept as they are: what
@@ -138,19 +150,25 @@ def _trim_route_spec(spec: object) -> object:
     out: dict[str, Any] = {f: spec[f] for f in _ROUTE_SPEC_FIELDS if f in spec}
     parents = out.get("parentRefs")
     if isinstance(parents, list):
-        out["parentRefs"] = [_words(ref) if isinstance(ref, Mapping) else ref for ref in parents]
+        out["parentRefs"] = shared.share(
+            [shared.share(_words(ref)) if isinstance(ref, Mapping) else ref for ref in parents]
+        )
     rules = out.get("rules")
     if isinstance(rules, list):
-        out["rules"] = [_trim_rule(rule) if isinstance(rule, Mapping) else rule for rule in rules]
+        out["rules"] = [
+            _trim_rule(rule, shared) if isinstance(rule, Mapping) else rule for rule in rules
+        ]
     return out
 
 
-def _trim_rule(rule: Mapping[str, Any]) -> dict[str, Any]:
+def _trim_rule(rule: Mapping[str, Any], shared: Sharing) -> dict[str, Any]:
     out: dict[str, Any] = {f: _word(rule[f]) for f in _ROUTE_RULE_FIELDS if f in rule}
     refs = out.get("backendRefs")
     if isinstance(refs, list):
+        # Each ref shared, not the list: lists of refs are as many as rules, nearly all
+        # distinct, and a shared list would cost the table more than it saves.
         out["backendRefs"] = [
-            {f: _word(ref[f]) for f in _BACKEND_REF_FIELDS if f in ref}
+            shared.share({f: _word(ref[f]) for f in _BACKEND_REF_FIELDS if f in ref})
             if isinstance(ref, Mapping)
             else ref
             for ref in refs

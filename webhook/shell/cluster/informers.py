@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 
 from webhook.core.model import kinds, meta
 from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, GroupKind, key_of
+from webhook.core.state.parts import SharedParts
 from webhook.core.state.store import Store
 from webhook.core.state.trim import trim
 from webhook.shell.cluster import kubeapi
@@ -238,7 +239,12 @@ class _Informer:
             self.source.changed(self)
 
     def prepare(self, raw: dict[str, Any]) -> dict[str, Any]:
-        return prepared(raw, self.resource, keep_annotation=self.source.keep_annotation)
+        return prepared(
+            raw,
+            self.resource,
+            keep_annotation=self.source.keep_annotation,
+            parts=self.source.store.parts,
+        )
 
     def touch(self) -> None:
         self.last_contact = time.monotonic()
@@ -246,14 +252,19 @@ class _Informer:
 
 
 def prepared(
-    raw: dict[str, Any], resource: kubeapi.Resource, *, keep_annotation: str
+    raw: dict[str, Any],
+    resource: kubeapi.Resource,
+    *,
+    keep_annotation: str,
+    parts: SharedParts | None = None,
 ) -> dict[str, Any]:
     """An item of a list or a watch event, as the store keeps it (`trim`); `raw` itself gains
-    the apiVersion and kind it lacked (callers drop it after)."""
+    the apiVersion and kind it lacked (callers drop it after). `parts`: the store's, for what
+    is kept for long (`parts.SharedParts`)."""
     # Items of a core list carry no apiVersion/kind; watch events and custom resources do.
     raw.setdefault("apiVersion", resource.api_version)
     raw.setdefault("kind", resource.kind)
-    return trim(raw, keep_annotation=keep_annotation)
+    return trim(raw, keep_annotation=keep_annotation, parts=parts)
 
 
 async def list_all(
