@@ -222,8 +222,8 @@ def test_kept_ladders_hold_one_set_of_section_names_for_objects_that_have_the_sa
     kept_r2, kept_r3 = ladders.reached[r2].sections, ladders.reached[r3].sections
     assert kept_r2 == kept_r3 == frozenset({"a", "b"})
     assert kept_r2 is kept_r3
-    indices_r2 = list(ladders.reached[r2].ladder.by_policy_rungs.values())
-    indices_r3 = list(ladders.reached[r3].ladder.by_policy_rungs.values())
+    indices_r2 = [ix for _, ix in ladders.reached[r2].ladder.rung_groups]
+    indices_r3 = [ix for _, ix in ladders.reached[r3].ladder.rung_groups]
     assert indices_r2 == indices_r3 and indices_r2
     assert all(a is b for a, b in zip(indices_r2, indices_r3, strict=True))
 

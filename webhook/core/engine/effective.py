@@ -154,7 +154,7 @@ def signatures_of(
     rules = _KindRules(view.profile(gk), _Evaluation.of(view, with_losers=False))
     refs: set[str] = set()
     found: dict[Signature, list[int]] = {}
-    for rungs, indices in part.ladder.by_policy_rungs.items():
+    for rungs, indices in part.ladder.rung_groups:
         levels = rules.levels(rungs)
         refs.update(p.ref for _, policies in levels for p in policies)
         found.setdefault(tuple(rung for rung, _ in levels), []).extend(indices)
@@ -289,7 +289,7 @@ class _KindRules:
         if not own:
             return None
         contexts = [(Rung(key),), *((Rung(key, s),) for s in sorted(targeted))]
-        lad = Ladder(tuple(contexts), tuple(hierarchy.path_of(c) for c in contexts), {})
+        lad = Ladder(tuple(contexts), tuple(hierarchy.path_of(c) for c in contexts), ())
         groups = []
         for i, context in enumerate(contexts):
             done = self._direct_board(context, own)
@@ -325,7 +325,7 @@ class _KindRules:
         if targeted:  # variants ending at a targeted section: their policy rungs differ
             contexts = hierarchy.with_sections(list(lad.contexts), key, targeted)
             lad = ladder.ladder_of(contexts, self.evaluation.attachments, self.evaluation.paths)
-        levels = {rungs: self.levels(rungs) for rungs in lad.by_policy_rungs}
+        levels = {rungs: self.levels(rungs) for rungs, _ in lad.rung_groups}
         refs = {p.ref for found in levels.values() for _, ps in found for p in ps}
         if not refs:
             return None
@@ -357,7 +357,7 @@ class _KindRules:
         contexts meet them — unless the object's own values take part (SPEC §5.9).
         """
         by_signature: dict[tuple[Rung, ...], tuple[ContextResult, list[int]]] = {}
-        for rungs, indices in lad.by_policy_rungs.items():
+        for rungs, indices in lad.rung_groups:
             signature = tuple(rung for rung, _ in levels[rungs])
             entry = by_signature.get(signature)
             if entry is None:

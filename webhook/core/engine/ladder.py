@@ -20,14 +20,18 @@ from webhook.core.model import kinds
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.state.store import ClusterView
 
+# The rungs of a context that hold a policy, and the indices of the contexts with just those.
+RungGroup = tuple[tuple[Rung, ...], Sequence[int]]
+
 
 class Ladder(NamedTuple):
     """One object's contexts, their printed paths, and the contexts grouped by the rungs of
-    each that hold a policy (`by_policy_rungs`: those rungs → indices into `contexts`)."""
+    each that hold a policy (`rung_groups`, each rung set once). Pairs, not a mapping: no
+    reader looks a rung set up, and a kept ladder's pairs are shared between objects."""
 
     contexts: tuple[Context, ...]
     paths: tuple[tuple[str, ...], ...]
-    by_policy_rungs: Mapping[tuple[Rung, ...], Sequence[int]]
+    rung_groups: tuple[RungGroup, ...]
 
 
 class Reached(NamedTuple):
@@ -77,7 +81,7 @@ def _moved(
         return base
     old = base.ladder
     before: list[tuple[Rung, ...]] = [()] * len(old.contexts)
-    for rungs, indices in old.by_policy_rungs.items():
+    for rungs, indices in old.rung_groups:
         for i in indices:
             before[i] = rungs
     by_policy_rungs: dict[tuple[Rung, ...], list[int]] = {}
@@ -88,7 +92,7 @@ def _moved(
                 r for r in context if (attachments.at(r) if r.key in moved else r in rungs)
             )
         by_policy_rungs.setdefault(rungs, []).append(i)
-    ladder = Ladder(old.contexts, old.paths, by_policy_rungs)
+    ladder = Ladder(old.contexts, old.paths, tuple(by_policy_rungs.items()))
     return Reached(ladder, _kinds_met(key, ladder, attachments), base.sections)
 
 
@@ -108,14 +112,16 @@ def ladder_of(
         rungs = tuple(rung for rung in context if attachments.at(rung))
         by_policy_rungs.setdefault(rungs, []).append(i)
     return Ladder(
-        tuple(contexts), tuple(_path(context, paths) for context in contexts), by_policy_rungs
+        tuple(contexts),
+        tuple(_path(context, paths) for context in contexts),
+        tuple(by_policy_rungs.items()),
     )
 
 
 def kinds_at(ladder: Ladder, attachments: Attachments) -> set[GroupKind]:
     """The policy kinds met at the rungs of the ladder's contexts."""
     met: set[GroupKind] = set()
-    for rung in {r for rungs in ladder.by_policy_rungs for r in rungs}:
+    for rung in {r for rungs, _ in ladder.rung_groups for r in rungs}:
         met.update(attachments.at(rung))
     return met
 
@@ -128,18 +134,21 @@ def _path(context: Context, paths: dict[Context, tuple[str, ...]]) -> tuple[str,
 
 
 def _with_shared_parts(found: Reached, shared: dict[Any, Any]) -> Reached:
-    """`found` as kept for later states: equal rung tuples, kind lists, section-name sets and
-    tuples of indices shared between objects (a handful of distinct ones among thousands: at
-    the benchmark's default scale, 105 distinct sets of section names among 15,259, and 837
-    distinct tuples of indices among 39,231). What is kept is what every full garbage
-    collection walks, so it is kept small (docs/performance.md)."""
+    """`found` as kept for later states: equal rung groups (and the rung tuples and index
+    tuples in them), kind lists and section-name sets shared between objects (a handful of
+    distinct ones among thousands: at the benchmark's default scale, 105 distinct sets of
+    section names among 15,259, and 837 distinct tuples of indices among 39,231). What is
+    kept is what every full garbage collection walks, so it is kept small
+    (docs/performance.md)."""
     ladder = found.ladder
-    by_policy_rungs = {
-        shared.setdefault(rungs, rungs): shared.setdefault(ix := tuple(indices), ix)
-        for rungs, indices in ladder.by_policy_rungs.items()
-    }
+    kept: list[RungGroup] = []
+    for rungs, indices in ladder.rung_groups:
+        ix = tuple(indices)
+        group = (shared.setdefault(rungs, rungs), shared.setdefault(ix, ix))
+        kept.append(shared.setdefault(group, group))
+    groups = tuple(kept)
     return Reached(
-        Ladder(ladder.contexts, ladder.paths, by_policy_rungs),
+        Ladder(ladder.contexts, ladder.paths, shared.setdefault(groups, groups)),
         shared.setdefault(found.kinds, found.kinds),
         shared.setdefault(found.sections, found.sections),
     )
