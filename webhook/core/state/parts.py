@@ -70,7 +70,8 @@ class SharedParts:
 
 
 class NoSharing:
-    """Parts as they are, for a trim whose result is read once (an object under review)."""
+    """Parts as they are: for a trim whose result is compared and dropped (an object under
+    review) or read once (`explain`'s snapshot of a cluster)."""
 
     def share(self, part: Part) -> Part:
         return part
