@@ -393,3 +393,24 @@ def test_backoff_is_full_jitter_capped() -> None:
         delays = [source.backoff(attempt) for _ in range(200)]
         assert all(0 <= d <= bound for d in delays)
         assert max(delays) > bound / 2  # spread over the whole range, not fixed
+
+
+def test_what_the_informers_keep_shares_equal_parts_through_the_stores_table() -> None:
+    """Listed or watched, objects are trimmed with the store's table (`Store.parts`): equal
+    labels of two Namespaces are one mapping in the store."""
+    labelled = {"labels": {"team": "edge", "tier": "web"}}
+    fake = FakeApiServer(
+        lists=[[([namespace("a", "8") | {"metadata": {"name": "a", **labelled}}], "10")]],
+        watches=[
+            [event("ADDED", {"metadata": {"name": "b", "resourceVersion": "11", **labelled}})]
+        ],
+    )
+
+    async def scenario(source: ClusterSource, store: Store, metrics: Metrics) -> None:
+        await until(lambda: store.get(ns_key("b")) is not None)
+        a, b = (store.get(ns_key(name)) for name in "ab")
+        assert a is not None and b is not None
+        assert a["metadata"]["labels"] == {"team": "edge", "tier": "web"}
+        assert a["metadata"]["labels"] is b["metadata"]["labels"]
+
+    run_with_source(fake, scenario)
