@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from tests.fixtures.yaml_state import CLUSTER, POLICY_CRDS, docs, one, store_of
+from webhook.core.model import kinds
 from webhook.core.model.profiles import profile_from_crd
+from webhook.core.model.refs import GroupKind
 from webhook.core.state.store import Store
-from webhook.core.state.trim import fingerprint, relevant, trim
+from webhook.core.state.trim import as_admitted, fingerprint, relevant, trim
 
 KEY = "policy-attachment.dev/effective-policies"
 
@@ -68,6 +70,19 @@ def test_a_policy_keeps_its_uid_and_age_which_no_other_kind_is_read_for() -> Non
     metadata = trim(policy, keep_annotation=KEY)["metadata"]
     assert metadata["uid"] == "4f6c1d2e-0000-4000-8000-000000000001"
     assert metadata["creationTimestamp"] == "2024-05-01T10:00:00Z"
+
+
+@pytest.mark.parametrize("gk", sorted(kinds.ANNOTATED_KINDS))
+def test_an_annotated_object_shown_to_mutate_and_as_written_compare_equal(gk: GroupKind) -> None:
+    """`as_admitted` relies on this: no kind we annotate is ever a policy, so what the API
+    server adds as it stores a new object (uid, creation time) is not kept of it."""
+    api_version = f"{gk.group}/v1" if gk.group else "v1"
+    shown = gateway() | {"apiVersion": api_version, "kind": gk.kind}
+    del shown["metadata"]["uid"], shown["metadata"]["creationTimestamp"]
+    written = copy.deepcopy(shown)
+    written["metadata"].update(uid="u-1", creationTimestamp="2024-05-01T10:00:00Z")
+    assert gk in kinds.NEVER_POLICIES
+    assert as_admitted(shown) == as_admitted(written)
 
 
 def test_our_annotation_is_kept_as_a_short_fingerprint_equal_for_equal_values() -> None:

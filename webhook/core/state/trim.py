@@ -233,13 +233,9 @@ def relevant(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def as_admitted(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """`relevant(trim(obj))` without what the API server adds when it stores a new object.
-
-    For an annotated object (a Gateway, a route, a Service), the object `/mutate` was shown
-    and the same object from the watch, once written, compare equal: same summary.
+    """`relevant(trim(obj))`: for an annotated object (a Gateway, a route, a Service), the
+    object `/mutate` was shown and the same object from the watch, once written, compare
+    equal — same summary. What the API server adds as it stores a new object (`uid`, its
+    creation time) is not kept of such kinds at all (`kinds.NEVER_POLICIES`, `trim`).
     """
-    out = relevant(trim(obj))
-    metadata = out.get("metadata")
-    if isinstance(metadata, Mapping):
-        out["metadata"] = {k: v for k, v in metadata.items() if k not in _SET_WHEN_STORED}
-    return out
+    return relevant(trim(obj))
