@@ -350,6 +350,22 @@ def test_values_with_the_same_kinds_share_one_tuple_of_their_names() -> None:
     assert all(all(names is same[0] for names in same) for same in kept.values())
 
 
+def test_values_laid_out_alike_share_one_spans() -> None:
+    """Where each kind's piece lies is kept per cached value; objects whose contexts are alike
+    have values laid out alike (at the benchmark's 1x, 2,600 distinct among 14,800), and they
+    hold one `Spans` between them."""
+    store = Store()
+    for doc in EVERY_DOC:
+        store.upsert(doc)
+    kept: dict[summary.Spans, list[summary.Spans]] = {}
+    for key in OBSERVED:
+        pieces = summary.pieces_of(effective.compute(key, store, with_losers=False))
+        spans = summary.assemble(pieces)[1]
+        kept.setdefault(spans, []).append(spans)
+    assert any(len(same) > 1 for same in kept.values())
+    assert all(all(spans is same[0] for spans in same) for same in kept.values())
+
+
 # --- cutting to the cap (SPEC §3.3), against an oracle that dumps every candidate ----------------
 
 

@@ -633,3 +633,76 @@ def test_the_index_of_a_store_holds_the_stores_own_keys() -> None:
     assert members == elsewhere == {route("apps", "r"), route("apps", "r2"), route("web", "w1")}
     held = {key: key for key in store.keys(kinds.HTTP_ROUTE)}
     assert all(member is held[member] for member in members)
+
+
+def route_to_services(name: str, services: str) -> str:
+    backends = ", ".join(f"{{name: {svc}, port: 80}}" for svc in services.split())
+    return route_on_gw_with_rules(name, f"[{{backendRefs: [{backends}]}}]")
+
+
+SERVICES = "\n---\n".join(
+    f"apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: apps}}\n"
+    "spec: {ports: [{port: 80}]}"
+    for name in ("s1", "s2")
+)
+
+
+def test_routes_sending_to_one_service_hold_one_key_of_it() -> None:
+    """What a route sends to is kept per route, read once; thousands of routes send to one
+    Service, and each reading made a key of its own (at the benchmark's default scale, 23,927
+    keys of 4,973 Services). The memo keeps one, and each route's refs in a tuple."""
+    store = store_of(
+        CRDS, STATE, SERVICES, route_to_services("r2", "s1 s2"), route_to_services("r3", "s1")
+    )
+    r2, r3 = route("apps", "r2"), route("apps", "r3")
+    for key in (r2, r3, service("apps", "s1")):
+        hierarchy.contexts_of(key, store)
+    structure = memo.shared_structure(store)
+    assert structure is not None
+    kept_r2, kept_r3 = structure.backends[r2], structure.backends[r3]
+    assert type(kept_r2) is tuple and [b.key.name for b in kept_r2] == ["s1", "s2"]
+    assert kept_r2[0].key == kept_r3[0].key == service("apps", "s1")
+    assert kept_r2[0].key is kept_r3[0].key
+
+
+def test_a_kept_ladder_holds_the_contexts_the_structure_memo_keeps() -> None:
+    """An object's ladder lists its contexts, and the structure memo keeps the same ones: one
+    tuple between them, not an equal copy each (a ninth of the ladders' part, 1x)."""
+    store, structure, _ = warm()
+    effective.compute(R1, store)
+    ladders = memo.ladders_of(store)
+    assert ladders is not None
+    assert ladders.reached[R1].ladder.contexts is structure.contexts[R1]
+
+
+def test_policies_of_a_kind_hold_one_path_per_field_and_boards_one_name_per_policy() -> None:
+    """Every policy of a kind sets the same few fields: their leaves are keyed by one path per
+    field, not one per policy. A board's sources name the policy and the rung it sits on;
+    boards of the same policy at the same rung hold one string of each."""
+    red = STATE.replace("default: {color: red}", "override: {color: red}")  # wins everywhere
+    blue = (
+        STATE.replace("name: red", "name: blue")
+        .replace("color: red", "color: blue")
+        .replace("kind: Gateway, name: gw", "kind: HTTPRoute, name: r1")
+    )
+    store = store_of(CRDS, red, blue.split("---")[-1], route_to_services("r2", "s1"), SERVICES)
+    r2 = route("apps", "r2")
+    for key in (R1, r2):
+        effective.compute(key, store)
+    engine = memo.engine_of(store)
+    kept_leaves, boards = engine.leaves, engine.boards
+    assert isinstance(kept_leaves, dict) and isinstance(boards, dict)  # a store's: its own
+    red_paths = [p for (key, _), found in kept_leaves.items() if key == POLICY for p in found]
+    blue_key = POLICY._replace(name="blue")
+    blue_paths = [p for (key, _), found in kept_leaves.items() if key == blue_key for p in found]
+    assert red_paths == blue_paths == [("color",)]
+    assert red_paths[0] is blue_paths[0]
+    # r1 meets both policies, r2 only the Gateway's: two boards, red's override wins on both.
+    sources = [
+        source
+        for board in boards.values()
+        for source in board.sources.values()
+        if source.policy == "apps/red"
+    ]
+    assert len(sources) == 2
+    assert sources[0].policy is sources[1].policy and sources[0].at is sources[1].at

@@ -168,6 +168,23 @@ def _shared_names(names: tuple[str, ...]) -> tuple[str, ...]:
     return found
 
 
+# Equal spans of values, one per distinct set of kinds and bounds: objects whose contexts are
+# alike have values laid out alike (at the benchmark's 1x, 14,800 values had 2,600 distinct
+# spans). Bounded as the names are, for a cluster whose values' layouts never repeat.
+_SPANS: dict[Spans, Spans] = {}
+_MAX_SPANS = 65_536
+
+
+def _shared_spans(names: tuple[str, ...], bounds: bytes) -> Spans:
+    spans = Spans(names, bounds)
+    found = _SPANS.get(spans)
+    if found is None:
+        if len(_SPANS) >= _MAX_SPANS:
+            _SPANS.clear()
+        found = _SPANS[spans] = Spans(_shared_names(names), bounds)
+    return found
+
+
 @functools.lru_cache(maxsize=64)
 def _bounds_format(kinds: int) -> struct.Struct:
     return struct.Struct(f"<{2 * kinds}I")
@@ -197,7 +214,7 @@ def assemble(pieces: Pieces) -> tuple[Fragments | None, Spans]:
         parts += pieces[name]
         bounds.append(len(parts))
     parts.append(_CLOSE)
-    return tuple(parts), Spans(_shared_names(names), _bounds_format(len(names)).pack(*bounds))
+    return tuple(parts), _shared_spans(names, _bounds_format(len(names)).pack(*bounds))
 
 
 def fit(pieces: Pieces, max_bytes: int) -> tuple[Fragments | None, Spans] | None:

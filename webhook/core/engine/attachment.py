@@ -65,8 +65,14 @@ def parent_refs(route: ObjectKey, obj: Mapping[str, Any]) -> list[ParentRef]:
     return out
 
 
-def backend_refs(route: ObjectKey, obj: Mapping[str, Any]) -> list[BackendRef]:
-    """Service backends of every rule; other backend kinds have no place on the ladder."""
+def backend_refs(
+    route: ObjectKey, obj: Mapping[str, Any], keys: dict[ObjectKey, ObjectKey] | None = None
+) -> list[BackendRef]:
+    """Service backends of every rule; other backend kinds have no place on the ladder.
+
+    `keys`: where a memo keeps each Service's key once (thousands of routes send to one
+    Service; each reading would otherwise hold a key of its own). None: keys made anew.
+    """
     out = []
     for rule in _list(spec_mapping(obj).get("rules")):
         name = rule.get("name")
@@ -74,6 +80,8 @@ def backend_refs(route: ObjectKey, obj: Mapping[str, Any]) -> list[BackendRef]:
         for ref in _list(rule.get("backendRefs")):
             key = _ref_key(ref, CORE_GROUP, "Service", route.namespace)
             if key is not None and key.group_kind == kinds.SERVICE:
+                if keys is not None:
+                    key = keys.setdefault(key, key)
                 port = ref.get("port")
                 out.append(BackendRef(rule_name, key, port if isinstance(port, int) else None))
     return out

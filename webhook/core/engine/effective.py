@@ -23,6 +23,7 @@ Decisions where SPEC §5 is silent (docs/decisions.md):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -453,7 +454,9 @@ class _KindRules:
                 for policy in policies:
                     found = self.leaves.of(policy, stanza)
                     if found:
-                        source = Source(policy.ref, stanza, rung.display())
+                        # Interned: a board per context group holds its sources, and the
+                        # same policy at the same rung is in thousands of them.
+                        source = Source(sys.intern(policy.ref), stanza, sys.intern(rung.display()))
                         offers[stanza].append((Claim(source, policy), found))
         return offers
 

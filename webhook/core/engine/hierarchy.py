@@ -130,6 +130,12 @@ def contexts_of(
     return list(_known_contexts(key, view, structure_of(view)))
 
 
+def kept_contexts(key: ObjectKey, view: ClusterView) -> tuple[Context, ...]:
+    """`contexts_of`, as the structure memo keeps them: its own tuple, not a copy, for a
+    caller that keeps them too (a kept ladder), so that the two hold one."""
+    return _known_contexts(key, view, structure_of(view))
+
+
 def contexts_by_route(
     key: ObjectKey, view: ClusterView
 ) -> Mapping[ObjectKey, tuple[Context, ...]] | None:
@@ -200,10 +206,14 @@ def _kept_by_route(key: ObjectKey, view: ClusterView) -> bool:
     )
 
 
-def _backends(route: ObjectKey, obj: Mapping[str, Any], memo: StructureMemo) -> list[BackendRef]:
+def _backends(
+    route: ObjectKey, obj: Mapping[str, Any], memo: StructureMemo
+) -> tuple[BackendRef, ...]:
+    """A route's backendRefs as read, kept until it is written: a tuple, sized to fit (a list
+    grown by appends holds room for more), its Services' keys kept once (`memo.keys`)."""
     found = memo.backends.get(route)
     if found is None:
-        found = memo.backends[route] = backend_refs(route, obj)
+        found = memo.backends[route] = tuple(backend_refs(route, obj, memo.keys))
     return found
 
 

@@ -60,7 +60,7 @@ def reached(
             base, moved = moves
             below = reached(key, obj, base, Attachments(base, engine_of(base)), paths)
             return _moved(key, below, moved, attachments)
-        ladder = ladder_of(hierarchy.contexts_of(key, view), attachments, paths)
+        ladder = ladder_of(hierarchy.kept_contexts(key, view), attachments, paths)
         found = Reached(
             ladder, _kinds_met(key, ladder, attachments), kinds.section_names(key.group_kind, obj)
         )
@@ -112,7 +112,7 @@ def ladder_of(
         rungs = tuple(rung for rung in context if attachments.at(rung))
         by_policy_rungs.setdefault(rungs, []).append(i)
     return Ladder(
-        tuple(contexts),
+        tuple(contexts),  # a tuple given is kept as it is (`hierarchy.kept_contexts`)
         tuple(_path(context, paths) for context in contexts),
         tuple(by_policy_rungs.items()),
     )

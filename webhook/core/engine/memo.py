@@ -17,9 +17,9 @@ that route, so that a route event costs the same beside 10 routes or 10,000:
 | part | holds | a route written | any other write |
 |---|---|---|---|
 | `index` | references between hierarchy objects, by referent (`hierarchy_index`) | its entries moved | a hierarchy object's entries moved |
-| `structure` | contexts, a Service's contexts by route, printed paths, parentRef and backendRef readings, reach below rungs | its contexts and backendRefs, its part of its Services' contexts, the reach below rungs above it | started over, if structural |
+| `structure` | contexts, a Service's contexts by route, printed paths, parentRef and backendRef readings (each Service's key once), reach below rungs | its contexts and backendRefs, its part of its Services' contexts, the reach below rungs above it | started over, if structural |
 | `ladders` | per annotated object: its contexts grouped by the rungs holding policies, the kinds reaching it, its sections | its own and its Services' | started over, if structural |
-| `engine` | policies attached per key and rung, stanza leaves, board results, and each board's JSON for the annotation (`summary`) | kept: a route is no input of these | started over |
+| `engine` | policies attached per key and rung, stanza leaves (each path once), board results, and each board's JSON for the annotation (`summary`) | kept: a route is no input of these | started over |
 | `hubs` | per busy Service, its contexts' paths by route, kind and signature (where policies attach, not their values), made and read in the layer above (`annotation.hubs`) | its piece of its Services' | started over, if structural |
 
 Besides, `ladders`, `engine` and `hubs` start over when a policy may have moved (the store's
@@ -166,7 +166,8 @@ class StructureMemo:
     services: dict[ObjectKey, ServiceParts] = field(default_factory=dict)  # busy Services'
     parents: ParentMemo = field(default_factory=dict)
     paths: dict[Context, tuple[str, ...]] = field(default_factory=dict)  # context → printed
-    backends: Table[ObjectKey, list[BackendRef]] = field(default_factory=dict)  # route → refs
+    backends: Table[ObjectKey, tuple[BackendRef, ...]] = field(default_factory=dict)  # route →
+    keys: dict[ObjectKey, ObjectKey] = field(default_factory=dict)  # backends' Services', once
     rungs: dict[Rung, Rung] = field(default_factory=dict)  # parents' rungs, kept once (`hierarchy`)
     reach: dict[ReachKey, tuple[ObjectKey, ...]] = field(
         default_factory=dict
@@ -210,6 +211,7 @@ class StructureMemo:
 
     def full(self) -> bool:
         held = len(self.contexts) + len(self.parents) + len(self.paths) + len(self.backends)
+        held += len(self.keys)
         return held + len(self.services) + len(self.rungs) + self.reached > self.limit
 
 
@@ -239,11 +241,13 @@ class EngineMemo:
     # `summary.DumpedGroup` by the ids of a board's effective value and sources: made in the
     # layer above, held here so that it lives exactly as long as the boards it was made from.
     dumps: Table[tuple[int, int], Any] = field(default_factory=dict)
+    # The paths of leaves, each kept once: every policy of a kind sets the same few fields,
+    # and its leaves and the boards made from them are keyed by them.
+    paths: dict[Path, Path] = field(default_factory=dict)
 
     def full(self) -> bool:
-        return len(self.attached) + len(self.by_rung) + len(self.boards) + len(self.dumps) > (
-            self.limit
-        )
+        held = len(self.attached) + len(self.by_rung) + len(self.boards) + len(self.dumps)
+        return held + len(self.paths) > self.limit
 
 
 class Hub(Protocol):
@@ -603,6 +607,7 @@ def _layered_engine(overlay: OverlayView) -> EngineMemo:
         leaves=_layer(base.leaves, lambda memo_key: memo_key[0] not in overlaid),
         boards=_layer(base.boards, lambda memo_key: all(r.key not in dirty for r in memo_key[2])),
         dumps=_layer(base.dumps, lambda _: True),  # ids of the base's own, held objects
+        paths=base.paths,  # values: an equal path is the same path anywhere
     )
 
 
@@ -632,6 +637,7 @@ def _layered_structure(overlay: OverlayView, base: StructureMemo) -> StructureMe
         paths=base.paths,
         rungs=base.rungs,  # values: an equal rung is the same rung anywhere
         backends=_layer(base.backends, lambda key: key not in overlay.overlaid),
+        keys=base.keys,  # as the rungs
     )
 
 

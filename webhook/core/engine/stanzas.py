@@ -24,14 +24,23 @@ class StanzaLeaves:
     def __init__(self, profile: KindProfile, memo: EngineMemo) -> None:
         self._profile = profile
         self._kept = memo.leaves
+        self._paths = memo.paths
 
     def of(self, policy: Policy, stanza: StanzaName) -> dict[leaves.Path, Any]:
         memo_key = (policy.key, stanza)
         found = self._kept.get(memo_key)
         if found is None:
             value, schema = self._stanza(policy, stanza)
-            found = self._kept[memo_key] = leaves.leaves(value, schema) if value else {}
+            found = self._kept[memo_key] = self._with_kept_paths(
+                leaves.leaves(value, schema) if value else {}
+            )
         return found
+
+    def _with_kept_paths(self, found: dict[leaves.Path, Any]) -> dict[leaves.Path, Any]:
+        """`found` keyed by the paths the memo keeps (`EngineMemo.paths`): a thousand
+        policies of a kind set the same few fields, each path otherwise held a thousand times."""
+        paths = self._paths
+        return {paths.setdefault(path, path): value for path, value in found.items()}
 
     def _stanza(
         self, policy: Policy, stanza: StanzaName
