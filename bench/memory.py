@@ -74,7 +74,6 @@ PARTS: tuple[tuple[str, str, Roots], ...] = (
         "contexts kept per object (their rungs and keys), busy Services' parts by route",
         lambda s, m, c: [m._structure.contexts, m._structure.services, m._structure.rungs],
     ),
-    ("paths", "printed paths of contexts", lambda s, m, c: [m._structure.paths]),
     (
         "refs",
         "routes' parentRefs and backendRefs, as read",
@@ -87,7 +86,7 @@ PARTS: tuple[tuple[str, str, Roots], ...] = (
     ),
     (
         "ladders",
-        "per object, which rungs of its contexts hold policies, of which kinds",
+        "per object, its contexts' printed paths, which rungs hold policies, of which kinds",
         lambda s, m, c: [m._ladders],
     ),
     (

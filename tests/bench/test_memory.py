@@ -36,7 +36,7 @@ def test_a_converged_leader_is_weighed_in_every_part_it_holds() -> None:
     result = _measured(0.02)
     parts = {part["name"]: part for part in result["parts"]}
     assert list(parts) == [name for name, _, _ in memory.PARTS]
-    for name in ("store_objects", "contexts", "paths", "ladders", "engine", "summary_values"):
+    for name in ("store_objects", "contexts", "ladders", "engine", "summary_values"):
         assert parts[name]["bytes"] > 0, name
     # Each non-empty annotation value is one tuple of text fragments (those many values hold
     # alike counted once, some already with the engine's answers); nothing else but None.

@@ -155,7 +155,7 @@ def test_such_an_overlay_shares_what_it_does_not_change() -> None:
     overlay = OverlayView(store, upserts=[route_doc("apps", "r1", 2, 1)])
     layered = memo.shared_structure(overlay)
     assert layered is not None and layered is not base
-    assert layered.parents is base.parents and layered.paths is base.paths
+    assert layered.parents is base.parents and layered.keys is base.keys
     assert layered.contexts.get(r2) is base.contexts.get(r2) is not None  # r2: untouched
     assert base.contexts.get(r1) is not None and base.contexts.get(foo) is not None
     assert layered.contexts.get(r1) is None  # r1: replaced

@@ -115,7 +115,7 @@ def compute(
     if obj is None:
         return []
     evaluation = _Evaluation.of(view, with_losers)
-    standing = ladder.reached(key, obj, view, evaluation.attachments, evaluation.paths)
+    standing = ladder.reached(key, obj, view, evaluation.attachments)
     out = []
     for gk in standing.kinds:
         if only is None or gk == only:
@@ -138,7 +138,7 @@ class Part(NamedTuple):
 
 def part_of(contexts: Sequence[Context], view: ClusterView) -> Part:
     evaluation = _Evaluation.of(view, with_losers=False)
-    lad = ladder.ladder_of(contexts, evaluation.attachments, evaluation.paths)
+    lad = ladder.ladder_of(contexts, evaluation.attachments)
     return Part(lad, frozenset(ladder.kinds_at(lad, evaluation.attachments)))
 
 
@@ -219,15 +219,12 @@ class _Evaluation:
 
     engine_memo: memo.EngineMemo
     attachments: Attachments
-    paths: dict[Context, tuple[str, ...]]  # printed paths, kept with the structure
     with_losers: bool
 
     @classmethod
     def of(cls, view: ClusterView, with_losers: bool) -> _Evaluation:
         engine = memo.engine_of(view)
-        structure = memo.shared_structure(view)
-        paths = structure.paths if structure is not None else {}
-        return cls(engine, Attachments(view, engine), paths, with_losers)
+        return cls(engine, Attachments(view, engine), with_losers)
 
 
 class _KindRules:
@@ -290,7 +287,7 @@ class _KindRules:
         if not own:
             return None
         contexts = [(Rung(key),), *((Rung(key, s),) for s in sorted(targeted))]
-        lad = Ladder(tuple(contexts), tuple(hierarchy.path_of(c) for c in contexts), ())
+        lad = Ladder(tuple(contexts), hierarchy.paths_of(contexts), ())
         groups = []
         for i, context in enumerate(contexts):
             done = self._direct_board(context, own)
@@ -325,7 +322,7 @@ class _KindRules:
         meet this kind's policies at the same rungs."""
         if targeted:  # variants ending at a targeted section: their policy rungs differ
             contexts = hierarchy.with_sections(list(lad.contexts), key, targeted)
-            lad = ladder.ladder_of(contexts, self.evaluation.attachments, self.evaluation.paths)
+            lad = ladder.ladder_of(contexts, self.evaluation.attachments)
         levels = {rungs: self.levels(rungs) for rungs, _ in lad.rung_groups}
         refs = {p.ref for found in levels.values() for _, ps in found for p in ps}
         if not refs:

@@ -88,24 +88,37 @@ def namespace_rung(name: str) -> Rung:
     return Rung(ObjectKey(CORE_GROUP, "Namespace", "", name))
 
 
-def path_of(context: Context) -> tuple[str, ...]:
+def path_of(context: Context, printed: dict[Rung, str] | None = None) -> tuple[str, ...]:
     """The printed path (SPEC §3.3): one entry per object, `#section` where it passes one.
 
-    Each entry is interned: the printed paths are kept (one per context), and the same rung
+    Each entry is interned: the printed paths are kept (in each kept ladder), and the same rung
     is printed in every context through it — a Gateway's name in thousands of them — so that
-    one string serves them all.
+    one string serves them all. `printed`: the rungs printed so far (`paths_of`), "" for one
+    that is not printed.
     """
+    if printed is None:
+        printed = {}
     entries: list[str] = []
     last: ObjectKey | None = None
     for rung in context:
-        if rung.implied:
+        text = printed.get(rung)
+        if text is None:
+            text = printed[rung] = "" if rung.implied else sys.intern(rung.display())
+        if not text:
             continue
         if rung.key == last:
-            entries[-1] = sys.intern(rung.display())
+            entries[-1] = text
         else:
-            entries.append(sys.intern(rung.display()))
+            entries.append(text)
             last = rung.key
     return tuple(entries)
+
+
+def paths_of(contexts: Iterable[Context]) -> tuple[tuple[str, ...], ...]:
+    """`path_of` of each context, each rung printed once: an object's contexts pass the same
+    rungs again and again (a Service's, the Gateways of each route in front of it)."""
+    printed: dict[Rung, str] = {}
+    return tuple(path_of(context, printed) for context in contexts)
 
 
 def sort_contexts(contexts: Iterable[Context]) -> list[Context]:

@@ -47,7 +47,6 @@ def reached(
     obj: Mapping[str, Any],
     view: ClusterView,
     attachments: Attachments,
-    paths: dict[Context, tuple[str, ...]],
 ) -> Reached:
     """The object's standing, kept per object while the store's structure and the places
     policies attach to hold (a store's ladder memo); on an overlay that only moves policies (a
@@ -58,9 +57,9 @@ def reached(
         moves = moved_attachments(view)
         if moves is not None:
             base, moved = moves
-            below = reached(key, obj, base, Attachments(base, engine_of(base)), paths)
+            below = reached(key, obj, base, Attachments(base, engine_of(base)))
             return _moved(key, below, moved, attachments)
-        ladder = ladder_of(hierarchy.kept_contexts(key, view), attachments, paths)
+        ladder = ladder_of(hierarchy.kept_contexts(key, view), attachments)
         found = Reached(
             ladder, _kinds_met(key, ladder, attachments), kinds.section_names(key.group_kind, obj)
         )
@@ -102,18 +101,21 @@ def _kinds_met(key: ObjectKey, ladder: Ladder, attachments: Attachments) -> tupl
     return tuple(sorted(met))
 
 
-def ladder_of(
-    contexts: Sequence[Context], attachments: Attachments, paths: dict[Context, tuple[str, ...]]
-) -> Ladder:
-    """`contexts` grouped by the rungs of each that hold a policy, with their printed paths
-    (`paths` keeps each printed once per state)."""
+def ladder_of(contexts: Sequence[Context], attachments: Attachments) -> Ladder:
+    """`contexts` grouped by the rungs of each that hold a policy, with their printed paths.
+
+    Each path is printed anew: a context ends at its object, so no other object's ladder
+    asks for it, and a kept ladder keeps it. (A table of every context's path, to print each
+    once per state, held one entry per context for the rare ladder made again: at 8x the
+    default scale a 21 MB table, to save printing a few paths per object after a policy
+    moved; docs/performance.md, *Choices*.)"""
     by_policy_rungs: dict[tuple[Rung, ...], list[int]] = {}
     for i, context in enumerate(contexts):
         rungs = tuple(rung for rung in context if attachments.at(rung))
         by_policy_rungs.setdefault(rungs, []).append(i)
     return Ladder(
         tuple(contexts),  # a tuple given is kept as it is (`hierarchy.kept_contexts`)
-        tuple(_path(context, paths) for context in contexts),
+        hierarchy.paths_of(contexts),
         tuple(by_policy_rungs.items()),
     )
 
@@ -124,13 +126,6 @@ def kinds_at(ladder: Ladder, attachments: Attachments) -> set[GroupKind]:
     for rung in {r for rungs, _ in ladder.rung_groups for r in rungs}:
         met.update(attachments.at(rung))
     return met
-
-
-def _path(context: Context, paths: dict[Context, tuple[str, ...]]) -> tuple[str, ...]:
-    found = paths.get(context)
-    if found is None:
-        found = paths[context] = hierarchy.path_of(context)
-    return found
 
 
 def _with_shared_parts(found: Reached, shared: dict[Any, Any]) -> Reached:

@@ -17,7 +17,7 @@ that route, so that a route event costs the same beside 10 routes or 10,000:
 | part | holds | a route written | any other write |
 |---|---|---|---|
 | `index` | references between hierarchy objects, by referent (`hierarchy_index`) | its entries moved | a hierarchy object's entries moved |
-| `structure` | contexts, a Service's contexts by route, printed paths, parentRef and backendRef readings (each Service's key once), reach below rungs | its contexts and backendRefs, its part of its Services' contexts, the reach below rungs above it | started over, if structural |
+| `structure` | contexts, a Service's contexts by route, parentRef and backendRef readings (each Service's key once), reach below rungs | its contexts and backendRefs, its part of its Services' contexts, the reach below rungs above it | started over, if structural |
 | `ladders` | per annotated object: its contexts grouped by the rungs holding policies, the kinds reaching it, its sections | its own and its Services' | started over, if structural |
 | `engine` | policies attached per key and rung, stanza leaves (each path once), board results, and each board's JSON for the annotation (`summary`) | kept: a route is no input of these | started over |
 | `hubs` | per busy Service, its contexts' paths by route, kind and signature (where policies attach, not their values), made and read in the layer above (`annotation.hubs`) | its piece of its Services' | started over, if structural |
@@ -165,7 +165,6 @@ class StructureMemo:
     contexts: Table[ObjectKey, tuple[Context, ...]] = field(default_factory=dict)
     services: dict[ObjectKey, ServiceParts] = field(default_factory=dict)  # busy Services'
     parents: ParentMemo = field(default_factory=dict)
-    paths: dict[Context, tuple[str, ...]] = field(default_factory=dict)  # context → printed
     backends: Table[ObjectKey, tuple[BackendRef, ...]] = field(default_factory=dict)  # route →
     keys: dict[ObjectKey, ObjectKey] = field(default_factory=dict)  # backends' Services', once
     rungs: dict[Rung, Rung] = field(default_factory=dict)  # parents' rungs, kept once (`hierarchy`)
@@ -210,8 +209,7 @@ class StructureMemo:
                 self.reached -= len(self.reach.pop(memo_key))
 
     def full(self) -> bool:
-        held = len(self.contexts) + len(self.parents) + len(self.paths) + len(self.backends)
-        held += len(self.keys)
+        held = len(self.contexts) + len(self.parents) + len(self.backends) + len(self.keys)
         return held + len(self.services) + len(self.rungs) + self.reached > self.limit
 
 
@@ -618,9 +616,8 @@ def _layered_structure(overlay: OverlayView, base: StructureMemo) -> StructureMe
     of its routes. None for an overlay that replaces anything else.
 
     What a route's parentRef gives it is read from Gateways, ListenerSets, Namespaces and the
-    existence of a mesh Service — none of them replaced here — and a printed path from the
-    context alone: both tables are the base's own, and what the overlay adds to them holds
-    there too. So /mutate of a route makes its contexts from the parents the base knows, and
+    existence of a mesh Service — none of them replaced here: that table is the base's own,
+    and what the overlay adds to it holds there too. So /mutate of a route makes its contexts from the parents the base knows, and
     of a Service behind many routes, reads each route's contexts from the base.
     """
     for key in overlay.overlaid:
@@ -634,7 +631,6 @@ def _layered_structure(overlay: OverlayView, base: StructureMemo) -> StructureMe
         base.limit,
         contexts=_layer(base.contexts, replaced.keeps_contexts),
         parents=base.parents,
-        paths=base.paths,
         rungs=base.rungs,  # values: an equal rung is the same rung anywhere
         backends=_layer(base.backends, lambda key: key not in overlay.overlaid),
         keys=base.keys,  # as the rungs
