@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -320,6 +321,30 @@ def test_values_hold_each_answer_s_json_each_kind_s_name_and_each_path_as_one_st
     assert any(same[0].endswith('.com":') for same in shared)  # a kind's name
     assert any(same[0].startswith('["') for same in shared)  # a path
     assert all(all(fragment is same[0] for fragment in same) for same in shared)
+
+
+def test_a_path_is_held_as_its_head_and_its_last_entry_each_shared() -> None:
+    """A printed path is its head, which every object below the same rungs lists alike, and
+    its last entry, which every path of the object ends with: two strings that values share,
+    not one string per path that holds a copy of the head each."""
+    store = Store()
+    for doc in EVERY_DOC:
+        store.upsert(doc)
+    heads: dict[str, list[str]] = {}
+    lasts: dict[str, list[str]] = {}
+    for key in OBSERVED:
+        value, _ = summary.assemble(
+            summary.pieces_of(effective.compute(key, store, with_losers=False))
+        )
+        for head, last in itertools.pairwise(value or ()):
+            if head.startswith('["') and head.endswith(","):
+                assert last.endswith('"]') and json.loads(head + last)  # one path, joined
+                heads.setdefault(head, []).append(head)
+                lasts.setdefault(last, []).append(last)
+    assert any(len(same) > 1 for same in heads.values())
+    assert any(len(same) > 1 for same in lasts.values())
+    for held in (heads, lasts):
+        assert all(all(fragment is same[0] for fragment in same) for same in held.values())
 
 
 def test_every_value_names_its_kinds_with_the_same_strings() -> None:

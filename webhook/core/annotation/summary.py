@@ -192,7 +192,9 @@ def _bounds_format(kinds: int) -> struct.Struct:
 
 def pieces_of(results: Sequence[effective.KindResult], dumps: Dumps | None = None) -> Pieces:
     dumps = dumps if dumps is not None else {}
-    written: dict[tuple[str, ...], str] = {}  # one object's paths, met again by its other kinds
+    written: dict[
+        tuple[str, ...], Fragments
+    ] = {}  # one object's paths, met again by its other kinds
     return {str(r.group_kind): _kind_fragments(r, dumps, written) for r in results}
 
 
@@ -260,10 +262,10 @@ def summary_value(
 
 
 def _kind_fragments(
-    result: effective.KindResult, dumps: Dumps, written: dict[tuple[str, ...], str]
+    result: effective.KindResult, dumps: Dumps, written: dict[tuple[str, ...], Fragments]
 ) -> Fragments:
     """`dump(_kind_entry(result, dumps))`, in fragments: each context is its answer's opening,
-    its paths, one fragment each, and its answer's closing (`DumpedGroup`).
+    its paths (`_path_fragments`), and its answer's closing (`DumpedGroup`).
 
     Nearly all of a value's text is its paths, and each path is listed by every kind that
     reaches the object through it, and again in each piece made anew after a policy edit:
@@ -280,11 +282,23 @@ def _kind_fragments(
                 out.append(",")
             path_json = written.get(path)
             if path_json is None:
-                path_json = written[path] = sys.intern(dump(path))
-            out.append(path_json)
+                path_json = written[path] = _path_fragments(path)
+            out += path_json
         out.append(done.closing)
     out.append(_policies_tail(result.policies))
     return tuple(out)
+
+
+def _path_fragments(path: tuple[str, ...]) -> Fragments:
+    """A printed path's JSON as its head and its last entry (`["GatewayClass/gc","Gateway/
+    infra/gw#http",` and `"HTTPRoute/apps/r"]`), each interned: the head is every route's
+    on that listener alike, the last entry every path's of the object, where one string per
+    path held each object's own copy of the head (docs/performance.md, *Choices*)."""
+    whole = dump(path)
+    if len(path) < 2:
+        return (sys.intern(whole),)
+    last = f"{dump(path[-1])}]"
+    return sys.intern(whole[: -len(last)]), sys.intern(last)
 
 
 def _kind_entry(result: effective.KindResult, dumps: Dumps) -> dict[str, Any]:
