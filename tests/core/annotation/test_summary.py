@@ -347,6 +347,18 @@ def test_a_path_is_held_as_its_head_and_its_last_entry_each_shared() -> None:
         assert all(all(fragment is same[0] for fragment in same) for same in held.values())
 
 
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(st.text(alphabet='a",\\/#é\n', max_size=6), min_size=1, max_size=4))
+def test_a_path_cut_in_two_is_its_json_whatever_its_entries_hold(entries: list[str]) -> None:
+    """Entries holding quotes, commas or backslashes (an entry `,` is written `","`, as two
+    entries are joined) never move the cut off the boundary between the last two entries."""
+    path = tuple(entries)
+    fragments = summary._path_fragments(path)
+    assert "".join(fragments) == summary.dump(path)
+    if len(path) > 1:
+        assert fragments[-1] == summary.dump(path[-1]) + "]"
+
+
 def test_every_value_names_its_kinds_with_the_same_strings() -> None:
     """A leader's cache keeps the spans of every object it annotates: the kinds' names in them
     are one string per kind, not one per value."""

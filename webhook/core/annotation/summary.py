@@ -222,8 +222,8 @@ def assemble(pieces: Pieces) -> tuple[Fragments | None, Spans]:
 def fit(pieces: Pieces, max_bytes: int) -> tuple[Fragments | None, Spans] | None:
     """The assembled value and its spans, or None when it is over the cap (to be truncated)."""
     value, spans = assemble(pieces)
-    if value is not None and sum(map(_size, value)) > max_bytes:
-        return None
+    if value is not None and _size("".join(value)) > max_bytes:
+        return None  # measured joined: one pass in C, not a call per fragment
     return value, spans
 
 
@@ -245,8 +245,8 @@ def _policies_tail(policies: tuple[str, ...]) -> str:
     return f'],"policies":{dump(list(policies))}}}'
 
 
-def _size(fragment: str) -> int:
-    return len(fragment) if fragment.isascii() else size(fragment)
+def _size(text: str) -> int:
+    return len(text) if text.isascii() else size(text)
 
 
 def summary_value(
@@ -297,7 +297,7 @@ def _path_fragments(path: tuple[str, ...]) -> Fragments:
     whole = dump(path)
     if len(path) < 2:
         return (sys.intern(whole),)
-    last = f"{dump(path[-1])}]"
+    last = f"{dump(path[-1])}]"  # not after the last `","`: an entry `,` is written so
     return sys.intern(whole[: -len(last)]), sys.intern(last)
 
 
