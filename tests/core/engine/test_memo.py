@@ -18,7 +18,16 @@ from hypothesis import strategies as st
 
 from tests.fixtures import changes
 from tests.fixtures.budget import examples
-from tests.fixtures.engine import CLUSTER, CRDS, gateway, gateway_class, route, service, store_of
+from tests.fixtures.engine import (
+    CLUSTER,
+    CRDS,
+    docs,
+    gateway,
+    gateway_class,
+    route,
+    service,
+    store_of,
+)
 from webhook.core.annotation import summary
 from webhook.core.engine import effective, hierarchy, hierarchy_index, memo
 from webhook.core.engine.attachment import Attachments
@@ -366,7 +375,10 @@ def test_a_route_write_keeps_the_index_the_engine_memo_and_everything_else_of_th
     index = memo.index_of(store)
     hierarchy.contexts_of(gw, store)
     store.upsert(route_doc("r2"))
-    assert memo.index_of(store) is index and index.routes_of_parent(gw) == {R1, route("apps", "r2")}
+    assert memo.index_of(store) is index and set(index.routes_of_parent(gw)) == {
+        R1,
+        route("apps", "r2"),
+    }
     assert memo.shared_structure(store) is structure and memo.engine_of(store) is engine
     assert gw in structure.contexts  # a Gateway's contexts do not pass through its routes
 
@@ -409,13 +421,18 @@ def route_doc(name: str, *, backend: str = "svc") -> dict[str, Any]:
     }
 
 
+def members_of(index: HierarchyIndex) -> dict[object, set[ObjectKey]]:
+    """An index's buckets, each a set of its members (kept as a tuple or a set)."""
+    return {bucket: set(members) for bucket, members in index._added.items()}
+
+
 def assert_memos_fresh(store: Store) -> None:
     """The index, every object's contexts and the reach below every rung, kept across writes,
     equal a fresh store's — made whole there, whatever way the store keeps them (a Service's
     by route, `PARTS_MIN_ROUTES`). Asking for each reach keeps it for the next look."""
     fresh = changes.rebuilt(store)
     kept, rebuilt_index = memo.index_of(store), memo.index_of(fresh)
-    assert kept._added == rebuilt_index._added, "stale index"
+    assert members_of(kept) == members_of(rebuilt_index), "stale index"
     keys = changes.annotated(store)
     found = {key: hierarchy.contexts_of(key, store) for key in keys}
     reach = {rung: hierarchy.reach_in_order(*rung, store) for rung in rungs(store)}
@@ -630,7 +647,11 @@ def test_the_index_of_a_store_holds_the_stores_own_keys() -> None:
     gw = gateway("infra", "gw")
     members = hierarchy_index.build_index(store).routes_of_parent(gw)
     elsewhere = hierarchy_index.build_index(OverlayView(store)).routes_of_parent(gw)
-    assert members == elsewhere == {route("apps", "r"), route("apps", "r2"), route("web", "w1")}
+    assert (
+        set(members)
+        == set(elsewhere)
+        == {route("apps", "r"), route("apps", "r2"), route("web", "w1")}
+    )
     held = {key: key for key in store.keys(kinds.HTTP_ROUTE)}
     assert all(member is held[member] for member in members)
 
@@ -706,3 +727,24 @@ def test_policies_of_a_kind_hold_one_path_per_field_and_boards_one_name_per_poli
     ]
     assert len(sources) == 2
     assert sources[0].policy is sources[1].policy and sources[0].at is sources[1].at
+
+
+def test_an_index_keeps_a_few_members_in_a_tuple_and_more_in_a_set() -> None:
+    """Most buckets are a Service's few routes: a tuple holds them in a fraction of the
+    smallest set's room. A bucket that grows past `SMALL` becomes a set (a busy Service's
+    routes are asked `in`), and one that shrinks back, a tuple again, as a fresh index has it."""
+    small = hierarchy_index.SMALL
+    names = [f"r{i}" for i in range(small + 1)]
+    store = store_of(CRDS, STATE, SERVICES, *(route_to_services(n, "s1") for n in names[:-1]))
+    s1 = service("apps", "s1")
+    index = memo.index_of(store)
+    assert type(index.routes_of_backend(s1)) is tuple and len(index.routes_of_backend(s1)) == small
+    store.upsert(docs(route_to_services(names[-1], "s1"))[0])
+    assert memo.index_of(store) is index  # moved, not built again
+    assert type(index.routes_of_backend(s1)) is set
+    assert set(index.routes_of_backend(s1)) == {route("apps", n) for n in names}
+    store.delete(route("apps", names[0]))
+    assert memo.index_of(store) is index
+    assert type(index.routes_of_backend(s1)) is tuple
+    assert set(index.routes_of_backend(s1)) == {route("apps", n) for n in names[1:]}
+    assert members_of(index) == members_of(hierarchy_index.build_index(store))
