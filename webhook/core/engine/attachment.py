@@ -54,12 +54,19 @@ class BackendRef:
     port: int | None
 
 
-def parent_refs(route: ObjectKey, obj: Mapping[str, Any]) -> list[ParentRef]:
-    """`spec.parentRefs`, defaults filled in (group gateway.networking.k8s.io, kind Gateway)."""
+def parent_refs(
+    route: ObjectKey, obj: Mapping[str, Any], keys: dict[ObjectKey, ObjectKey] | None = None
+) -> list[ParentRef]:
+    """`spec.parentRefs`, defaults filled in (group gateway.networking.k8s.io, kind Gateway).
+
+    `keys`: where a memo keeps each parent's key once, as `backend_refs` does its Services'.
+    """
     out = []
     for ref in _list(spec_mapping(obj).get("parentRefs")):
         key = _ref_key(ref, GATEWAY_GROUP, "Gateway", route.namespace)
         if key is not None:
+            if keys is not None:
+                key = keys.setdefault(key, key)
             section = ref.get("sectionName")
             out.append(ParentRef(key, section if isinstance(section, str) and section else None))
     return out

@@ -321,7 +321,7 @@ def _listener_set_contexts(
 
 # What a parentRef gives a route depends on the route's namespace and kind, not its name:
 # routes sharing a parent share the work (10,000 routes on one Gateway is a real shape).
-ParentMemo = dict[tuple[ParentRef, str, str], list[Context]]
+ParentMemo = dict[tuple[ParentRef, str, str], tuple[Context, ...]]
 
 
 def _route_contexts(
@@ -330,19 +330,25 @@ def _route_contexts(
     out: list[Context] = []
     tail = (namespace_rung(key.namespace), Rung(key))
     parents = memo.parents
-    for ref in parent_refs(key, obj):
+    for ref in parent_refs(key, obj, memo.keys):
         memo_key = (ref, key.namespace, key.kind)
         if memo_key not in parents:
             found = _parent_contexts(ref, key, view)
-            parents[memo_key] = [_kept_once(context, memo.rungs) for context in found]
+            parents[memo_key] = tuple(_kept_once(context, memo) for context in found)
         out.extend((*parent, *tail) for parent in parents[memo_key])
     return out
 
 
-def _kept_once(context: Context, rungs: dict[Rung, Rung]) -> Context:
-    """The context, each rung replaced by the equal one the memo already holds (`rungs`): a
-    Gateway's rungs are made again for every namespace and kind of route that names it."""
-    return tuple([rungs.setdefault(rung, rung) for rung in context])
+def _kept_once(context: Context, memo: StructureMemo) -> Context:
+    """The equal context the memo already holds (`heads`), else the context with each rung
+    replaced by the equal one it holds (`rungs`): a Gateway's listener contexts are made again
+    for every namespace and kind of route that names it, alike but where a listener does not
+    admit the route."""
+    kept = memo.heads.get(context)
+    if kept is None:
+        rungs = memo.rungs
+        kept = memo.heads[context] = tuple([rungs.setdefault(rung, rung) for rung in context])
+    return kept
 
 
 def _parent_contexts(ref: ParentRef, route: ObjectKey, view: ClusterView) -> list[Context]:

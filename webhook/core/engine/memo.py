@@ -168,6 +168,7 @@ class StructureMemo:
     backends: Table[ObjectKey, tuple[BackendRef, ...]] = field(default_factory=dict)  # route →
     keys: dict[ObjectKey, ObjectKey] = field(default_factory=dict)  # backends' Services', once
     rungs: dict[Rung, Rung] = field(default_factory=dict)  # parents' rungs, kept once (`hierarchy`)
+    heads: dict[Context, Context] = field(default_factory=dict)  # parents' contexts, once
     reach: dict[ReachKey, tuple[ObjectKey, ...]] = field(
         default_factory=dict
     )  # (rung, inherited) → the objects below it, in ladder order (`hierarchy.reach_in_order`)
@@ -210,6 +211,7 @@ class StructureMemo:
 
     def full(self) -> bool:
         held = len(self.contexts) + len(self.parents) + len(self.backends) + len(self.keys)
+        held += len(self.heads)
         return held + len(self.services) + len(self.rungs) + self.reached > self.limit
 
 
@@ -632,6 +634,7 @@ def _layered_structure(overlay: OverlayView, base: StructureMemo) -> StructureMe
         contexts=_layer(base.contexts, replaced.keeps_contexts),
         parents=base.parents,
         rungs=base.rungs,  # values: an equal rung is the same rung anywhere
+        heads=base.heads,
         backends=_layer(base.backends, lambda key: key not in overlay.overlaid),
         keys=base.keys,  # as the rungs
     )
