@@ -152,6 +152,32 @@ def test_over_the_cap_sources_go_first() -> None:
     assert all("sources" not in c for c in contexts)
 
 
+def test_the_cap_counts_utf8_bytes_not_characters() -> None:
+    """SPEC §3.3: at most the cap in bytes, as the API server counts an annotation. A value
+    holding non-ASCII text is kept whole at exactly its size in UTF-8 and cut one byte below,
+    where its length in characters is well below both."""
+    store = _many_listeners(True)
+    store.upsert(
+        docs(
+            """
+            apiVersion: policies.example.com/v1alpha1
+            kind: ColorPolicy
+            metadata: {name: label, namespace: apps}
+            spec:
+              targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: everywhere}]
+              default: {label: "Grüße, äöü — ß"}
+            """
+        )[0]
+    )
+    key = route("apps", "everywhere")
+    full = summary.summarize(key, store, Settings()) or ""
+    size = len(full.encode())
+    assert "Grüße" in full and len(full) < size
+    assert summary.summarize(key, store, Settings(annotation_max_bytes=size)) == full
+    cut = summary.summarize(key, store, Settings(annotation_max_bytes=size - 1)) or ""
+    assert json.loads(cut)["truncated"] is True and len(cut.encode()) <= size - 1
+
+
 def test_then_contexts_go_and_policies_always_stay() -> None:
     store = _many_listeners(True)
     for cap in (1200, 700, 10):

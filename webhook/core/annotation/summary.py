@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import struct
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from webhook.core.annotation import compact_json
 from webhook.core.engine import effective, memo
@@ -151,38 +151,38 @@ class Spans(NamedTuple):
 
 
 NO_SPANS = Spans((), b"")
-# The kinds' names of values, one tuple per set of kinds (a handful in a cluster); the bound
-# only guards against a cluster whose kinds come and go for ever.
-_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
-_MAX_NAME_SETS = 4096
+
+_Held = TypeVar("_Held", bound=Hashable)
 
 
-def _shared_names(names: tuple[str, ...]) -> tuple[str, ...]:
-    found = _NAMES.get(names)
-    if found is None:
-        if len(_NAMES) >= _MAX_NAME_SETS:
-            _NAMES.clear()
-        # Interned: a handful of kinds' names made anew per value were tens of thousands of
-        # strings.
-        found = _NAMES[names] = tuple(sys.intern(name) for name in names)
-    return found
+class _HeldOnce(Generic[_Held]):
+    """One object per distinct value, for what every cached value holds alike. Bounded (it
+    starts over when full: shared less, never wrong) for a cluster whose values never repeat."""
+
+    def __init__(self, limit: int, make: Callable[[_Held], _Held]) -> None:
+        self._held: dict[_Held, _Held] = {}
+        self._limit = limit
+        self._make = make  # the object to keep for a value seen first
+
+    def __call__(self, value: _Held) -> _Held:
+        found = self._held.get(value)
+        if found is None:
+            if len(self._held) >= self._limit:
+                self._held.clear()
+            found = self._held[value] = self._make(value)
+        return found
 
 
-# Equal spans of values, one per distinct set of kinds and bounds: objects whose contexts are
-# alike have values laid out alike (at the benchmark's 1x, 14,800 values had 2,600 distinct
-# spans). Bounded as the names are, for a cluster whose values' layouts never repeat.
-_SPANS: dict[Spans, Spans] = {}
-_MAX_SPANS = 65_536
-
-
-def _shared_spans(names: tuple[str, ...], bounds: bytes) -> Spans:
-    spans = Spans(names, bounds)
-    found = _SPANS.get(spans)
-    if found is None:
-        if len(_SPANS) >= _MAX_SPANS:
-            _SPANS.clear()
-        found = _SPANS[spans] = Spans(_shared_names(names), bounds)
-    return found
+# The kinds' names of values, one tuple per set of kinds (a handful in a cluster), each name
+# interned: made anew per value, they were tens of thousands of strings.
+_shared_names: _HeldOnce[tuple[str, ...]] = _HeldOnce(
+    4096, lambda names: tuple(sys.intern(name) for name in names)
+)
+# The spans of values laid out alike (objects whose contexts are alike): at the benchmark's
+# 1x, 14,800 values had 2,600 distinct spans.
+_shared_spans: _HeldOnce[Spans] = _HeldOnce(
+    65_536, lambda spans: Spans(_shared_names(spans.names), spans.bounds)
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -192,9 +192,8 @@ def _bounds_format(kinds: int) -> struct.Struct:
 
 def pieces_of(results: Sequence[effective.KindResult], dumps: Dumps | None = None) -> Pieces:
     dumps = dumps if dumps is not None else {}
-    written: dict[
-        tuple[str, ...], Fragments
-    ] = {}  # one object's paths, met again by its other kinds
+    # One object's paths, met again by its other kinds.
+    written: dict[tuple[str, ...], Fragments] = {}
     return {str(r.group_kind): _kind_fragments(r, dumps, written) for r in results}
 
 
@@ -216,7 +215,7 @@ def assemble(pieces: Pieces) -> tuple[Fragments | None, Spans]:
         parts += pieces[name]
         bounds.append(len(parts))
     parts.append(_CLOSE)
-    return tuple(parts), _shared_spans(names, _bounds_format(len(names)).pack(*bounds))
+    return tuple(parts), _shared_spans(Spans(names, _bounds_format(len(names)).pack(*bounds)))
 
 
 def fit(pieces: Pieces, max_bytes: int) -> tuple[Fragments | None, Spans] | None:

@@ -63,8 +63,11 @@ class HierarchyIndex:
         own = self._added.get((table, bucket), _NONE)
         if self._base is None:
             return own
+        below = self._base.members(table, bucket)
         gone = self._removed.get((table, bucket), _NONE)
-        found = set(self._base.members(table, bucket))
+        if not own and not gone:  # a bucket the overlay leaves alone: the base's, read-only
+            return below
+        found = set(below)
         found.difference_update(gone)
         found.update(own)
         return found
@@ -124,15 +127,16 @@ class HierarchyIndex:
         self, changes: Mapping[ObjectKey, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]]
     ) -> HierarchyIndex:
         """This index as seen through an overlay that replaced a few objects."""
-        added: dict[Bucket, set[ObjectKey]] = {}
+        added: dict[Bucket, Members] = {}  # sets: a layer is never moved
         removed: dict[Bucket, set[ObjectKey]] = {}
         for key, (old, new) in changes.items():
             for bucket, member in _edges(key, old) if old is not None else ():
                 removed.setdefault(bucket, set()).add(member)
             for bucket, member in _edges(key, new) if new is not None else ():
-                added.setdefault(bucket, set()).add(member)
-        layer: dict[Bucket, Members] = dict(added)  # a layer's buckets are sets: never moved
-        return HierarchyIndex(layer, removed, self)
+                layer = added.setdefault(bucket, set())
+                assert type(layer) is set
+                layer.add(member)
+        return HierarchyIndex(added, removed, self)
 
 
 def referents(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Table, ObjectKey]]:

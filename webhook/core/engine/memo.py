@@ -165,8 +165,10 @@ class StructureMemo:
     contexts: Table[ObjectKey, tuple[Context, ...]] = field(default_factory=dict)
     services: dict[ObjectKey, ServiceParts] = field(default_factory=dict)  # busy Services'
     parents: ParentMemo = field(default_factory=dict)
-    backends: Table[ObjectKey, tuple[BackendRef, ...]] = field(default_factory=dict)  # route →
-    keys: dict[ObjectKey, ObjectKey] = field(default_factory=dict)  # backends' Services', once
+    # route → its backendRefs, as read
+    backends: Table[ObjectKey, tuple[BackendRef, ...]] = field(default_factory=dict)
+    # the keys of routes' parents and backends, each kept once (`attachment.parent_refs`)
+    keys: dict[ObjectKey, ObjectKey] = field(default_factory=dict)
     rungs: dict[Rung, Rung] = field(default_factory=dict)  # parents' rungs, kept once (`hierarchy`)
     heads: dict[Context, Context] = field(default_factory=dict)  # parents' contexts, once
     reach: dict[ReachKey, tuple[ObjectKey, ...]] = field(
@@ -243,11 +245,11 @@ class EngineMemo:
     dumps: Table[tuple[int, int], Any] = field(default_factory=dict)
     # The paths of leaves, each kept once: every policy of a kind sets the same few fields,
     # and its leaves and the boards made from them are keyed by them.
-    paths: dict[Path, Path] = field(default_factory=dict)
+    leaf_paths: dict[Path, Path] = field(default_factory=dict)
 
     def full(self) -> bool:
         held = len(self.attached) + len(self.by_rung) + len(self.boards) + len(self.dumps)
-        return held + len(self.paths) > self.limit
+        return held + len(self.leaf_paths) > self.limit
 
 
 class Hub(Protocol):
@@ -607,7 +609,7 @@ def _layered_engine(overlay: OverlayView) -> EngineMemo:
         leaves=_layer(base.leaves, lambda memo_key: memo_key[0] not in overlaid),
         boards=_layer(base.boards, lambda memo_key: all(r.key not in dirty for r in memo_key[2])),
         dumps=_layer(base.dumps, lambda _: True),  # ids of the base's own, held objects
-        paths=base.paths,  # values: an equal path is the same path anywhere
+        leaf_paths=base.leaf_paths,  # values: an equal path is the same path anywhere
     )
 
 
@@ -619,8 +621,9 @@ def _layered_structure(overlay: OverlayView, base: StructureMemo) -> StructureMe
 
     What a route's parentRef gives it is read from Gateways, ListenerSets, Namespaces and the
     existence of a mesh Service — none of them replaced here: that table is the base's own,
-    and what the overlay adds to it holds there too. So /mutate of a route makes its contexts from the parents the base knows, and
-    of a Service behind many routes, reads each route's contexts from the base.
+    and what the overlay adds to it holds there too. So /mutate of a route makes its contexts
+    from the parents the base knows, and of a Service behind many routes, reads each route's
+    contexts from the base.
     """
     for key in overlay.overlaid:
         gk = key.group_kind

@@ -24,7 +24,7 @@ class StanzaLeaves:
     def __init__(self, profile: KindProfile, memo: EngineMemo) -> None:
         self._profile = profile
         self._kept = memo.leaves
-        self._paths = memo.paths
+        self._paths = memo.leaf_paths
 
     def of(self, policy: Policy, stanza: StanzaName) -> dict[leaves.Path, Any]:
         memo_key = (policy.key, stanza)
@@ -37,7 +37,7 @@ class StanzaLeaves:
         return found
 
     def _with_kept_paths(self, found: dict[leaves.Path, Any]) -> dict[leaves.Path, Any]:
-        """`found` keyed by the paths the memo keeps (`EngineMemo.paths`): a thousand
+        """`found` keyed by the paths the memo keeps (`EngineMemo.leaf_paths`): a thousand
         policies of a kind set the same few fields, each path otherwise held a thousand times."""
         paths = self._paths
         return {paths.setdefault(path, path): value for path, value in found.items()}
