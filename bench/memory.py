@@ -28,13 +28,9 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import orjson
-
-from bench import synth
-from bench.scale import converge, load, resident_mb, stored_keys
+from bench.scale import converge, generate, load, resident_mb, stored_keys
 from webhook.core.annotation.cache import DEFAULT_MAXSIZE, SummaryCache
 from webhook.core.engine import memo
-from webhook.core.model.refs import key_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.process import heap
@@ -140,24 +136,20 @@ class _Weigher:
 def converged_leader(k: float, seed: int) -> tuple[Store, SummaryCache, int]:
     """The state `bench.scale` measures once converged; the objects in the cluster."""
     heap.tune()
-    cluster = synth.generate(synth.Shape().scaled(k), seed=seed)
-    keys = [key for obj in cluster.annotated() if (key := key_of(obj)) is not None]
-    listed = [orjson.dumps(obj) for obj in cluster.objects()]
-    objects = cluster.count()
-    del cluster
+    cluster = generate(k, seed, reviews=0)  # in a child: its objects never in this process
     settings = Settings()
     store = Store()
-    cache = SummaryCache(store, settings, maxsize=max(DEFAULT_MAXSIZE, len(keys)))
-    load(listed, store)
-    del listed
-    keys = stored_keys(keys, store)
+    cache = SummaryCache(store, settings, maxsize=max(DEFAULT_MAXSIZE, len(cluster.keys)))
+    with cluster.listing as listed:
+        load(listed, store)
+    keys = stored_keys(cluster.keys, store)
     heap.settle("benchmark: state loaded")
     memo.index_of(store)
     for key in keys:
         cache.get(key)
     converge(keys, store, cache.get, settings.annotation_key)
     heap.settle("benchmark: state computed")
-    return store, cache, objects
+    return store, cache, cluster.objects
 
 
 def measure(k: float, seed: int) -> dict[str, Any]:

@@ -7,10 +7,10 @@ The garbage collector runs with the thresholds `policy-webhook serve` sets (`hea
 passes a hundred times rarer), so that no phase is charged for full passes the webhook does not
 make. Prints one JSON object of named numbers. Measured, in order:
 - load: every object trimmed and `Store.upsert`ed (with the summary cache subscribed, as in the
-  webhook's informers), each a copy decoded from its JSON as the informers decode what they list,
-  the generator's own objects dropped first: the process then holds the webhook's state and
-  nothing else of the cluster but the review mixes, taken before;
-  then the heap settled, as the webhook settles it once its state is synced;
+  webhook's informers), each decoded from its JSON as the informers decode what they list, one
+  line at a time of the listing that a forked child generated (`generate`): the process never
+  holds the generator's objects, and of the cluster it holds the webhook's state and the review
+  mixes only; then the heap settled, as the webhook settles it once its state is synced;
 - cold summaries: the hierarchy index built, then every annotated object's summary computed
   through the cache (`SummaryCache.get` on an empty cache), with the full garbage collections
   that ran meanwhile;
@@ -35,13 +35,17 @@ import functools
 import gc
 import json
 import os
+import pickle
 import random
 import resource
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable
-from typing import Any
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import IO, Any
 
 import orjson
 
@@ -152,21 +156,12 @@ def measure(
     calibration = [reference_ms()]  # again between phases: the machine's speed while we ran
 
     watch = Stopwatch()
-    cluster = synth.generate(synth.Shape().scaled(k), seed=seed)
+    cluster = generate(k, seed, reviews)
     out["generate_s"], _ = watch.stop()
-    out.update({f"objects_{name}": n for name, n in synth.describe(cluster).items()})
-    out["objects"] = cluster.count()
-    # What the phases below need of the generator's cluster, taken now; then its objects are
-    # decoded anew, as the informers decode a list, and the generator's dropped. A store that
-    # shared its objects' parts with the generator's would make the peak RSS hold both.
-    keys = [key for obj in cluster.annotated() if (key := key_of(obj)) is not None]
-    validate_mix = traffic.validate_reviews(cluster, reviews)
-    mutate_mix = traffic.mutate_reviews(cluster, reviews // 2)
-    assert cluster.busy_policy is not None
-    busy_policy, busy_gateway = cluster.busy_policy, key_of(cluster.busy_gateway)
-    assert busy_gateway is not None
-    listed = [orjson.dumps(obj) for obj in cluster.objects()]  # decoded one at a time below
-    del cluster
+    out.update({f"objects_{name}": n for name, n in cluster.described.items()})
+    out["objects"] = cluster.objects
+    keys, validate_mix, mutate_mix = cluster.keys, cluster.validate_mix, cluster.mutate_mix
+    busy_policy, busy_gateway = cluster.busy_policy, cluster.busy_gateway
 
     store = Store()
     # Sized to hold every annotated object, as --cache-max-objects should be in a deployment:
@@ -182,9 +177,9 @@ def measure(
     )
     gc.collect()
     watch = Stopwatch()
-    load(listed, store)
+    with cluster.listing as listed:
+        load(listed, store)
     out["load_s"], out["load_cpu_s"] = watch.stop()
-    del listed
     keys = stored_keys(keys, store)
     gc.collect()
     out["rss_after_load_mb"] = rss_mb()
@@ -278,7 +273,71 @@ def measure(
     return out
 
 
-def load(listed: list[bytes], store: Store) -> None:
+@dataclass(frozen=True)
+class Generated:
+    """The synthetic cluster as the measuring process receives it from `generate`."""
+
+    listing: IO[bytes]  # each object's JSON, one per line, read from its start
+    described: dict[str, int]  # `synth.describe`
+    objects: int
+    keys: list[ObjectKey]  # of the annotated objects
+    validate_mix: list[tuple[str, traffic.Review]]
+    mutate_mix: list[tuple[str, traffic.Review]]
+    busy_policy: dict[str, Any]  # the RetryPolicy on the busy Gateway
+    busy_gateway: ObjectKey
+
+
+def generate(k: float, seed: int, reviews: int) -> Generated:
+    """The synthetic cluster at `k`x, generated in a forked child: each object's JSON goes to an
+    unnamed file, one per line, and what the phases take of the cluster besides comes back
+    pickled.
+
+    Not in this process, because memory a process frees is not given back to the system: at 8x
+    the generator's objects and their JSON took this process to 947 MB before one object was
+    stored, and the store was then built in the space they had freed. The peak RSS, which
+    measures the webhook's state, was the generator's, and the state's own did not show apart
+    from it (docs/performance.md, *Choices*).
+    """
+    listing = tempfile.TemporaryFile()  # noqa: SIM115 - the caller reads it, then closes it
+    with tempfile.TemporaryFile() as rest:
+        pid = os.fork()
+        if pid == 0:  # the child: its answer is in the two files and its exit status
+            try:
+                _generate_into(listing, rest, k, seed, reviews)
+                os._exit(0)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            listing.close()
+            raise RuntimeError("the synthetic cluster's generator failed (its traceback above)")
+        rest.seek(0)
+        taken = pickle.load(rest)
+    listing.seek(0)
+    return Generated(listing, *taken)
+
+
+def _generate_into(listing: IO[bytes], rest: IO[bytes], k: float, seed: int, reviews: int) -> None:
+    cluster = synth.generate(synth.Shape().scaled(k), seed=seed)
+    for obj in cluster.objects():
+        listing.write(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE))
+    listing.flush()
+    assert cluster.busy_policy is not None
+    taken = (  # in the order of `Generated`'s fields after the listing
+        synth.describe(cluster),
+        cluster.count(),
+        [key for obj in cluster.annotated() if (key := key_of(obj)) is not None],
+        traffic.validate_reviews(cluster, reviews),
+        traffic.mutate_reviews(cluster, reviews // 2),
+        cluster.busy_policy,
+        key_of(cluster.busy_gateway),
+    )
+    pickle.dump(taken, rest)
+    rest.flush()
+
+
+def load(listed: Iterable[bytes], store: Store) -> None:
     """Each listed object into the store as the informers keep it: decoded, trimmed, stored,
     one by one (they list a page at a time; all the untrimmed objects held at once would set
     the peak RSS)."""
