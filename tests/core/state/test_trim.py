@@ -13,7 +13,7 @@ from webhook.core.model import kinds
 from webhook.core.model.profiles import profile_from_crd
 from webhook.core.model.refs import GroupKind
 from webhook.core.state.store import Store
-from webhook.core.state.trim import as_admitted, fingerprint, relevant, trim
+from webhook.core.state.trim import MARK, as_admitted, fingerprint, mark_of, relevant, trim
 
 KEY = "policy-attachment.dev/effective-policies"
 
@@ -59,7 +59,6 @@ def test_metadata_keeps_identity_version_deletion_and_labels_and_drops_the_rest(
         "generation": 3,
         "deletionTimestamp": "2024-05-02T10:00:00Z",
         "labels": {"team": "edge"},
-        "annotations": {KEY: fingerprint('{"version":1}')},
     }
 
 
@@ -88,18 +87,37 @@ def test_an_annotated_object_shown_to_mutate_and_as_written_compare_equal(gk: Gr
 def test_our_annotation_is_kept_as_a_short_fingerprint_equal_for_equal_values() -> None:
     """A value runs to kilobytes on each object; the reconciler only compares it."""
     value = '{"policies":{' + '"x":1,' * 2000 + '"y":2},"truncated":false,"version":1}'
-    kept = trim(_annotated(value), keep_annotation=KEY)["metadata"]["annotations"][KEY]
-    assert isinstance(kept, str) and len(kept) < 50 < len(value)
-    assert kept == fingerprint(value) == fingerprint(kept)  # the same, however often trimmed
+    trimmed = trim(_annotated(value), keep_annotation=KEY)
+    kept = trimmed[MARK]
+    assert isinstance(kept, bytes) and len(kept) == 16 < len(value)
+    assert kept == fingerprint(value) == mark_of(trimmed, KEY) == mark_of(_annotated(value), KEY)
     assert kept != fingerprint(value.replace('"y":2', '"y":3'))
-    assert trim(trim(_annotated(value), keep_annotation=KEY), keep_annotation=KEY)["metadata"][
-        "annotations"
-    ] == {KEY: kept}
+    assert "annotations" not in trimmed["metadata"]
+    assert trim(trimmed, keep_annotation=KEY) == trimmed  # the same, however often trimmed
 
 
-def test_a_value_of_our_annotation_that_is_no_string_is_kept_as_it_is() -> None:
+def test_the_mark_is_no_input_of_a_summary() -> None:
+    """Our own patches come back as writes of the mark alone: nothing to recompute."""
+    assert relevant(trim(_annotated("{}"), keep_annotation=KEY)) == relevant(trim(gateway()))
+    assert relevant(trim(_annotated("{}"), keep_annotation=KEY)) == relevant(
+        trim(_annotated('{"version":1}'), keep_annotation=KEY)
+    )
+
+
+def test_a_value_of_our_annotation_that_is_no_string_is_no_value_of_ours() -> None:
     """Someone else's edit; the reconciler reads it as no value of ours and puts ours back."""
-    assert trim(_annotated(None), keep_annotation=KEY)["metadata"]["annotations"] == {KEY: None}
+    for value in (None, 7, {"a": 1}):
+        trimmed = trim(_annotated(value), keep_annotation=KEY)
+        assert MARK not in trimmed
+        assert mark_of(trimmed, KEY) is None is mark_of(_annotated(value), KEY)
+
+
+def test_only_kinds_we_annotate_keep_a_mark() -> None:
+    """No rule reads a policy's top-level fields expecting ours; nor does the reconciler mark
+    any other kind."""
+    policy = _annotated("{}") | {"apiVersion": "policies.example.com/v1", "kind": "RetryPolicy"}
+    assert MARK not in trim(policy, keep_annotation=KEY)
+    assert MARK in trim(_annotated("{}"), keep_annotation=KEY)
 
 
 def _annotated(value: object) -> dict[str, Any]:
@@ -110,6 +128,8 @@ def _annotated(value: object) -> dict[str, Any]:
 
 def test_only_the_effective_policies_annotation_survives() -> None:
     assert "annotations" not in trim(gateway())["metadata"]
+    assert MARK not in trim(gateway())
+    assert MARK not in trim(gateway(), keep_annotation="other/key")
     assert "annotations" not in trim(gateway(), keep_annotation="other/key")["metadata"]
 
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.model import kinds
+from webhook.core.model import kinds, meta
 from webhook.core.model.profiles import is_policy_crd
 from webhook.core.model.refs import GroupKind, group_of
 from webhook.core.state.parts import NoSharing, SharedParts, Sharing
@@ -32,7 +32,12 @@ _METADATA_FIELDS = (
 # Written by the API server or by controllers, kept or not, never read by the engine or a rule's
 # view of the hierarchy: a change of only these is no change to anything computed from the object.
 _UNREAD_METADATA = frozenset({"annotations", "resourceVersion", "generation", "managedFields"})
-_UNREAD_TOP = frozenset({"status"})
+# Where a trimmed object of a kind we annotate keeps our annotation, as a digest of its value
+# (`mark_of`): a field beside the object's own, named as no Kubernetes field is. Not an
+# `annotations` mapping of one entry: that was a dict per annotated object besides the digest,
+# and a fifth top-level field costs a dict of four nothing (docs/performance.md, *Choices*).
+MARK = "policy-webhook/annotation-digest"
+_UNREAD_TOP = frozenset({"status", MARK})
 # Set by the API server as it stores a new object, after mutating admission has seen it. Read of
 # policies only (SPEC §4.4's order by age; an audit finding's uid), never for the summary of an
 # annotated object: not kept of the kinds that are never policies (most of a cluster's objects).
@@ -55,10 +60,11 @@ def trim(
 ) -> dict[str, Any]:
     """A new, smaller object holding only what is read downstream; `obj` is left as it was.
 
-    `keep_annotation` is the one annotation kept (the effective-policies key, which the
-    reconciler compares before patching), as its `fingerprint`; every other annotation is
-    dropped. With `parts` (a store's), a route's parents and backends, a Service's ports and
-    labels are the equal ones other objects hold where there are such (`parts.SharedParts`).
+    `keep_annotation` is the one annotation kept of a kind we annotate (the effective-policies
+    key, which the reconciler compares before patching), as the `fingerprint` of its value
+    under `MARK` (`mark_of`); every annotation is dropped from the metadata. With `parts` (a
+    store's), a route's parents and backends, a Service's ports and labels are the equal ones
+    other objects hold where there are such (`parts.SharedParts`).
     """
     kind = obj.get("kind")
     gk = GroupKind(group_of(obj.get("apiVersion")), kind if isinstance(kind, str) else "")
@@ -69,7 +75,11 @@ def trim(
             out[field] = _word(obj[field])
     metadata = obj.get("metadata")
     if isinstance(metadata, Mapping):
-        out["metadata"] = _trim_metadata(metadata, keep_annotation, gk, shared)
+        out["metadata"] = _trim_metadata(metadata, gk, shared)
+    if keep_annotation and gk in kinds.ANNOTATED_KINDS:
+        mark = mark_of(obj, keep_annotation)
+        if mark is not None:
+            out[MARK] = mark
     spec = obj.get("spec")
     if gk == kinds.NAMESPACE or spec is None:
         return out  # a Namespace matters only by its name and labels (allowedRoutes selectors)
@@ -87,9 +97,7 @@ def trim(
 _NO_SHARING = NoSharing()
 
 
-def _trim_metadata(
-    metadata: Mapping[str, Any], keep_annotation: str, gk: GroupKind, shared: Sharing
-) -> dict[str, Any]:
+def _trim_metadata(metadata: Mapping[str, Any], gk: GroupKind, shared: Sharing) -> dict[str, Any]:
     out = {field: metadata[field] for field in _METADATA_FIELDS if field in metadata}
     if gk in kinds.NEVER_POLICIES:
         for field in _SET_WHEN_STORED:
@@ -99,30 +107,28 @@ def _trim_metadata(
     labels = out.get("labels")
     if isinstance(labels, Mapping):
         out["labels"] = shared.share(_words(labels))
-    annotations = metadata.get("annotations")
-    if keep_annotation and isinstance(annotations, Mapping) and keep_annotation in annotations:
-        value = annotations[keep_annotation]  # a non-string (no value of ours) as it is
-        out["annotations"] = {
-            keep_annotation: fingerprint(value) if isinstance(value, str) else value
-        }
     return out
 
 
-def fingerprint(value: str) -> str:
+def mark_of(obj: Mapping[str, Any], annotation_key: str) -> bytes | None:
+    """The `fingerprint` of our annotation's value on `obj`, trimmed (its `MARK`) or as the API
+    server sends it; None: no value of ours there (none, or not a string: someone else's)."""
+    kept = obj.get(MARK)
+    if isinstance(kept, bytes):
+        return kept
+    value = meta.annotations_of(obj).get(annotation_key)
+    return fingerprint(value) if isinstance(value, str) else None
+
+
+def fingerprint(value: str) -> bytes:
     """What is kept of our annotation's value: a digest of it.
 
     The reconciler only asks whether the value on an object is the one it wants; a value runs
     to kilobytes on each of thousands of objects, and the leader holds the wanted one in its
     summary cache already — keeping both held every value twice (docs/performance.md). Equal
-    values, equal fingerprints; a fingerprint is never mistaken for a value (ours are JSON
-    objects). Idempotent, so an object trimmed twice keeps the same one.
+    values, equal fingerprints.
     """
-    if value.startswith(_FINGERPRINT):
-        return value
-    return _FINGERPRINT + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
-
-
-_FINGERPRINT = "blake2b:"
+    return hashlib.blake2b(value.encode(), digest_size=16).digest()
 
 
 def _trim_service_spec(spec: object, shared: Sharing) -> object:

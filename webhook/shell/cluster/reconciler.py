@@ -48,7 +48,7 @@ from webhook.core.model import kinds, meta
 from webhook.core.model.refs import CORE_GROUP, GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
-from webhook.core.state.trim import fingerprint
+from webhook.core.state.trim import fingerprint, mark_of
 from webhook.shell.cluster import kubeapi, pacing
 from webhook.shell.cluster.workqueue import ItemBackoff, TokenBucket, WorkQueue
 from webhook.shell.process.logs import fields
@@ -83,15 +83,19 @@ def merge_patch_of_annotation(
     return {"metadata": metadata}
 
 
-def current_annotation(obj: Mapping[str, Any], annotation_key: str) -> str | None:
-    """The fingerprint of our annotation on `obj` (the store keeps no more: `trim`)."""
-    return _mark(meta.annotations_of(obj).get(annotation_key))
+# A patch sent: (the resourceVersion it was computed from, its value's fingerprint).
+Sent = tuple[str | None, bytes | None]
 
 
-def _mark(value: object) -> str | None:
+def current_annotation(obj: Mapping[str, Any], annotation_key: str) -> bytes | None:
+    """The fingerprint of our annotation on `obj` (the store keeps no more: `trim.mark_of`)."""
+    return mark_of(obj, annotation_key)
+
+
+def _mark(value: str | None) -> bytes | None:
     """A value as `current_annotation` reads it back from the store: its fingerprint (None:
     no value of ours)."""
-    return fingerprint(value) if isinstance(value, str) else None
+    return fingerprint(value) if value is not None else None
 
 
 def _resource_version(obj: Mapping[str, Any]) -> str | None:
@@ -163,7 +167,7 @@ class Reconciler:
         self.turns = turns if turns is not None else Turns()
         # Patches sent whose watch event has not arrived yet: key → (resourceVersion, the
         # value's fingerprint, as the watch event will bring it: `current_annotation`).
-        self._sent: dict[ObjectKey, tuple[str | None, str | None]] = {}
+        self._sent: dict[ObjectKey, Sent] = {}
         self._task: asyncio.Task[None] | None = None
         self._ending: asyncio.Task[None] | None = None  # the last term, cancelled, cleaning up
         self.patches = self.skips = self.errors = self.retries = 0  # plain ints for tests, logs
@@ -395,8 +399,8 @@ class Reconciler:
     def _unsent(
         self,
         key: ObjectKey,
-        sent: tuple[str | None, str | None],
-        before: tuple[str | None, str | None] | None,
+        sent: Sent,
+        before: Sent | None,
     ) -> None:
         """The patch did not go through (as far as we know): no echo of it to expect."""
         if self._sent.get(key) != sent:
