@@ -234,6 +234,10 @@ def test_ttl_expiry_recomputes_as_a_safety_net() -> None:
     cache.get(r1)
     clock.now = 9.0
     cache.get(r1)
+    assert r1 in cache
+    clock.now = 10.0
+    assert r1 not in cache  # and dropped, not only unanswered: its place is free
+    assert len(cache) == 0
     clock.now = 11.0
     cache.get(r1)
     assert (cache.hits, cache.misses) == (1, 2)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cachetools import TTLCache
+from cachetools import LRUCache
 
 from webhook.core.annotation import hubs, summary
 from webhook.core.annotation.dependencies import AffectedFeed
@@ -56,6 +56,10 @@ class _Entry:
     # Kinds to recompute before use; None until one is (an empty set per entry, on every
     # object a leader annotates, was a few percent of its memory).
     stale: set[GroupKind] | None = None
+    # The second it was stored (`SummaryCache._second`), for the TTL. Kept here, not in a
+    # TTL cache's links: a link and a float per entry besides its place in the LRU order were
+    # 88 bytes per annotated object (docs/performance.md, *Choices*).
+    born: int = 0
 
 
 class SummaryCache:
@@ -77,7 +81,9 @@ class SummaryCache:
     ) -> None:
         self._store = store
         self._settings = settings
-        self._entries: TTLCache[ObjectKey, _Entry] = TTLCache(maxsize, ttl, timer=timer)
+        self._entries: LRUCache[ObjectKey, _Entry] = LRUCache(maxsize)
+        self._ttl, self._timer = ttl, timer
+        self._now = 0  # the last second read (`_second`): one int for every entry born in it
         self.hits = 0
         self.misses = 0
         self.adopted = 0  # values handed over by /mutate and kept (`admitted`)
@@ -88,7 +94,7 @@ class SummaryCache:
 
     def get(self, key: ObjectKey) -> str | None:
         """The annotation value for `key` (None: no policy reaches it, or no such object)."""
-        entry = self._entries.get(key)  # None when missing or expired
+        entry = self._live(key)
         if entry is not None and not entry.stale:
             self.hits += 1
             return summary.text(entry.value)
@@ -97,8 +103,28 @@ class SummaryCache:
             entry = self._refreshed(key, entry)
         else:
             entry = self._computed(key)
-        self._entries[key] = entry
+        self._store_entry(key, entry)
         return summary.text(entry.value)
+
+    def _live(self, key: ObjectKey) -> _Entry | None:
+        """The entry of `key`; None when there is none or it has outlived the TTL (and is gone)."""
+        entry = self._entries.get(key)
+        if entry is not None and self._second() - entry.born >= self._ttl:
+            del self._entries[key]
+            return None
+        return entry
+
+    def _store_entry(self, key: ObjectKey, entry: _Entry) -> None:
+        entry.born = self._second()
+        self._entries[key] = entry
+
+    def _second(self) -> int:
+        """Now, in whole seconds of the timer: the same int object while the second lasts, so
+        that entries born in it share it."""
+        now = int(self._timer())
+        if now != self._now:
+            self._now = now
+        return self._now
 
     def prepare(self, key: ObjectKey) -> bool:
         """Some of the work of the next `get(key)` ahead of it, in a bounded step; True while
@@ -148,7 +174,7 @@ class SummaryCache:
 
     def __contains__(self, key: object) -> bool:
         """Whether `key` has an entry that needs no recomputation."""
-        entry = self._entries.get(key) if isinstance(key, ObjectKey) else None
+        entry = self._live(key) if isinstance(key, ObjectKey) else None
         return entry is not None and not entry.stale
 
     def _drop(
@@ -178,7 +204,7 @@ class SummaryCache:
             and kind is None
             and admitted[1] == as_admitted(new)
         ):
-            self._entries[key] = admitted[2]
+            self._store_entry(key, admitted[2])
             self.adopted += 1
 
     def _policy_kind(
