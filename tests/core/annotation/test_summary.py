@@ -550,3 +550,13 @@ def test_a_kind_s_answers_are_ordered_by_their_paths_then_their_json_and_written
                 assert done.closing == f'],"sources":{summary.dump(done.sources_json())}}}'
             compared += len(ordered) > 1
     assert compared  # some kind has two answers to order
+
+
+def test_a_list_of_policies_is_one_string_however_many_values_list_it() -> None:
+    """Past the bound of `_policies_tail`'s cache (at 8x the default scale, tens of thousands
+    of distinct lists) a list made again must still be the one string the values hold."""
+    tail = summary._policies_tail(("apps/a", "apps/b"))
+    summary._policies_tail.cache_clear()  # as when the cache has let it go
+    again = summary._policies_tail(("apps/a", "apps/b"))
+    assert again == tail == '],"policies":["apps/a","apps/b"]}'
+    assert again is tail

