@@ -342,6 +342,9 @@ def test_a_refresh_that_outgrows_the_cap_gives_the_truncated_value() -> None:
     assert value is not None and '"truncated":true' in value
     assert len(value.encode()) <= small.annotation_max_bytes
     assert value == summary.summarize(r1, rebuilt(store), small)
+    held = cache._entries[r1].value  # its own text, no fragment shared: kept compressed
+    assert isinstance(held, bytes) and len(held) < len(value.encode())
+    assert cache.get(r1) == value  # and a hit gives it back as it was
     apply(store, GW_POLICY)  # back under the cap: the truncated entry is recomputed whole
     assert cache.get(r1) == fitting
 

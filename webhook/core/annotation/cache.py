@@ -23,6 +23,7 @@ leader's reconciler, asked about the new route, then finds it without computing 
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,8 +51,9 @@ MAX_ADMITTED = 64
 @dataclass(slots=True)
 class _Entry:
     # The value in fragments that other values share (`summary.Fragments`: the values were
-    # most of what a leader held); joined when asked for. None: no annotation.
-    value: summary.Fragments | None
+    # most of what a leader held); joined when asked for. A truncated value (no spans) is one
+    # text of nearly the cap, its own, so it is kept compressed (`_packed`). None: no annotation.
+    value: summary.Fragments | bytes | None
     spans: summary.Spans | None  # None: a truncated value, whose pieces cannot be replaced
     # Kinds to recompute before use; None until one is (an empty set per entry, on every
     # object a leader annotates, was a few percent of its memory).
@@ -97,14 +99,14 @@ class SummaryCache:
         entry = self._live(key)
         if entry is not None and not entry.stale:
             self.hits += 1
-            return summary.text(entry.value)
+            return _text(entry.value)
         self.misses += 1
         if entry is not None and entry.spans is not None:
             entry = self._refreshed(key, entry)
         else:
             entry = self._computed(key)
         self._store_entry(key, entry)
-        return summary.text(entry.value)
+        return _text(entry.value)
 
     def _live(self, key: ObjectKey) -> _Entry | None:
         """The entry of `key`; None when there is none or it has outlived the TTL (and is gone)."""
@@ -150,7 +152,7 @@ class SummaryCache:
         """
         if len(self._admitted) >= MAX_ADMITTED:
             self._admitted.clear()
-        self._admitted[key] = (self._store.revision, as_admitted(obj), _Entry(*found))
+        self._admitted[key] = (self._store.revision, as_admitted(obj), _entry(found))
 
     def _computed(self, key: ObjectKey) -> _Entry:
         # A Service behind many routes from its pieces by route (the same bytes): a route's
@@ -158,16 +160,17 @@ class SummaryCache:
         found = hubs.summarize_in_pieces(key, self._store, self._settings)
         if found is None:
             found = summary.summarize_in_pieces(key, self._store, self._settings)
-        return _Entry(*found)
+        return _entry(found)
 
     def _refreshed(self, key: ObjectKey, entry: _Entry) -> _Entry:
         """The entry with its stale kinds' pieces recomputed, the others kept as they were."""
+        assert not isinstance(entry.value, bytes)  # a truncated value has no spans
         pieces = summary.pieces_in(entry.value or (), entry.spans or summary.NO_SPANS)
         for gk in entry.stale or ():
             pieces.pop(str(gk), None)
             pieces.update(summary.kind_pieces(key, self._store, gk))
         fitted = summary.fit(pieces, self._settings.annotation_max_bytes)
-        return _Entry(*fitted) if fitted is not None else self._computed(key)
+        return _entry(fitted) if fitted is not None else self._computed(key)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -215,3 +218,24 @@ class SummaryCache:
         if any(obj is not None and self._store.is_policy_object(gk, obj) for obj in (old, new)):
             return gk
         return None
+
+
+def _entry(found: tuple[summary.Fragments | None, summary.Spans | None]) -> _Entry:
+    value, spans = found
+    if spans is None and value is not None:
+        return _Entry(_packed(value), None)
+    return _Entry(value, spans)
+
+
+def _packed(value: summary.Fragments) -> bytes:
+    """A truncated value compressed: nearly 16 KiB of paths that no other value shares (at 8x
+    the default scale, 1,109 of them held 16 MB), about a tenth of that packed. Only those: a
+    value in fragments is read (`SummaryCache.get`) and refreshed by kind far more often, and
+    compressing every value cost the fan-out nearly twice its time (docs/performance.md)."""
+    return zlib.compress("".join(value).encode(), 1)
+
+
+def _text(value: summary.Fragments | bytes | None) -> str | None:
+    if isinstance(value, bytes):
+        return zlib.decompress(value).decode()
+    return summary.text(value)
