@@ -241,7 +241,7 @@ class _KindRules:
     ) -> KindResult | None:
         own = self.attached(key)
         targeted = {s for _, s in own if s is not None and s in standing.sections}
-        klass = self.profile.policy_class or self._inferred_class(key, standing.ladder.contexts)
+        klass = self.profile.policy_class or self._inferred_class(key, standing.contexts)
         if klass == "Direct":
             return self.direct(key, own, standing.sections, targeted)
         return self._inherited(key, obj, standing.ladder, targeted)

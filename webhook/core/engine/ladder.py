@@ -35,11 +35,21 @@ class Ladder(NamedTuple):
 
 
 class Reached(NamedTuple):
-    """What reaches an object: its ladder, the policy kinds met on it (sorted), its sections."""
+    """What reaches an object: its ladder, the policy kinds met on it (sorted), its sections.
 
-    ladder: Ladder
+    The ladder's fields are held here, not a `Ladder` of its own: a store keeps one of these
+    per annotated object, and a second tuple each was 64 bytes per object (docs/performance.md,
+    *Choices*). `ladder` makes one when asked."""
+
+    contexts: tuple[Context, ...]
+    paths: tuple[tuple[str, ...], ...]
+    rung_groups: tuple[RungGroup, ...]
     kinds: tuple[GroupKind, ...]
     sections: frozenset[str]
+
+    @property
+    def ladder(self) -> Ladder:
+        return Ladder(self.contexts, self.paths, self.rung_groups)
 
 
 def reached(
@@ -61,7 +71,7 @@ def reached(
             return _moved(key, below, moved, attachments)
         ladder = ladder_of(hierarchy.kept_contexts(key, view), attachments)
         found = Reached(
-            ladder, _kinds_met(key, ladder, attachments), kinds.section_names(key.group_kind, obj)
+            *ladder, _kinds_met(key, ladder, attachments), kinds.section_names(key.group_kind, obj)
         )
         if memo is not None:
             found = memo.reached[key] = _with_shared_parts(found, memo.shared)
@@ -92,7 +102,7 @@ def _moved(
             )
         by_policy_rungs.setdefault(rungs, []).append(i)
     ladder = Ladder(old.contexts, old.paths, tuple(by_policy_rungs.items()))
-    return Reached(ladder, _kinds_met(key, ladder, attachments), base.sections)
+    return Reached(*ladder, _kinds_met(key, ladder, attachments), base.sections)
 
 
 def _kinds_met(key: ObjectKey, ladder: Ladder, attachments: Attachments) -> tuple[GroupKind, ...]:
@@ -129,21 +139,23 @@ def kinds_at(ladder: Ladder, attachments: Attachments) -> set[GroupKind]:
 
 
 def _with_shared_parts(found: Reached, shared: dict[Any, Any]) -> Reached:
-    """`found` as kept for later states: equal rung groups (and the rung tuples and index
-    tuples in them), kind lists and section-name sets shared between objects (a handful of
-    distinct ones among thousands: at the benchmark's default scale, 105 distinct sets of
+    """`found` as kept for later states: equal tuples of rung groups (and the rung tuples and
+    index tuples in them), kind lists and section-name sets shared between objects (a handful
+    of distinct ones among thousands: at the benchmark's default scale, 105 distinct sets of
     section names among 15,259, and 837 distinct tuples of indices among 39,231). What is
     kept is what every full garbage collection walks, so it is kept small
-    (docs/performance.md)."""
-    ladder = found.ladder
+    (docs/performance.md). A (rungs, indices) pair itself is not looked up: at 8x the default
+    scale 161,186 of 227,034 distinct pairs were one object's, and their entries in the table
+    held more than the equal pairs they saved."""
     kept: list[RungGroup] = []
-    for rungs, indices in ladder.rung_groups:
+    for rungs, indices in found.rung_groups:
         ix = tuple(indices)
-        group = (shared.setdefault(rungs, rungs), shared.setdefault(ix, ix))
-        kept.append(shared.setdefault(group, group))
+        kept.append((shared.setdefault(rungs, rungs), shared.setdefault(ix, ix)))
     groups = tuple(kept)
     return Reached(
-        Ladder(ladder.contexts, ladder.paths, shared.setdefault(groups, groups)),
+        found.contexts,
+        found.paths,
+        shared.setdefault(groups, groups),
         shared.setdefault(found.kinds, found.kinds),
         shared.setdefault(found.sections, found.sections),
     )
