@@ -251,6 +251,17 @@ def test_maxsize_evicts_but_answers_stay_right() -> None:
     assert len(cache) == 2
 
 
+def test_past_maxsize_the_least_recently_used_entry_goes_first() -> None:
+    store = base_store()
+    cache = SummaryCache(store, SETTINGS, maxsize=2)
+    r1, r2, r3 = route("apps", "r1"), route("apps", "r2"), route("apps", "r3")
+    cache.get(r1)
+    cache.get(r2)
+    cache.get(r1)  # used again: r2 is now the least recently used
+    cache.get(r3)
+    assert r1 in cache and r3 in cache and r2 not in cache
+
+
 def test_the_feed_tells_subscribers_the_affected_set_of_each_write() -> None:
     store = base_store()
     cache = SummaryCache(store, SETTINGS)
