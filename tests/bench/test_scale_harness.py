@@ -70,3 +70,11 @@ print(json.dumps({"in_child": in_child, "here": here}))
     measured = snapshot.json_of(["-c", probe])
     assert measured["here"] > 20  # what generating here holds (about 55 MB at this size) …
     assert measured["in_child"] < measured["here"] / 4  # … is not held when the child generates
+
+
+def test_the_reference_workload_is_timed_in_a_child_and_its_time_comes_back() -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    timed = scale._reference_ms()
+    assert 0 < timed < 10_000
+    # The child ran it: this process spent no CPU near the workload's (about 20 ms each of 5).
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - before < 5 * timed / 1000 / 2
