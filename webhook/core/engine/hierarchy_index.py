@@ -152,11 +152,8 @@ def referents(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Table, O
             yield table, referent
 
 
-def _edges(
-    key: ObjectKey, obj: Mapping[str, Any], keys: dict[ObjectKey, ObjectKey] | None = None
-) -> Iterator[tuple[Bucket, ObjectKey]]:
-    """What one object contributes to the index; `keys`: the keys to name referents by, where
-    there are such (`_referent_keys`)."""
+def _edges(key: ObjectKey, obj: Mapping[str, Any]) -> Iterator[tuple[Bucket, ObjectKey]]:
+    """What one object contributes to the index."""
     gk = key.group_kind
     if gk not in INDEXED_KINDS:
         return
@@ -171,9 +168,9 @@ def _edges(
         if parent is not None:
             yield ("listenerset", parent), key
     elif gk in kinds.ROUTE_KINDS:
-        for ref in parent_refs(key, obj, keys):
+        for ref in parent_refs(key, obj):
             yield ("parent", ref.key), key
-        for backend in backend_refs(key, obj, keys):
+        for backend in backend_refs(key, obj):
             yield ("backend", backend.key), key
 
 
@@ -193,21 +190,11 @@ def _keyed_objects(
 
 def build_index(view: ClusterView) -> HierarchyIndex:
     buckets: dict[Bucket, set[ObjectKey]] = {}
-    keys = _referent_keys(view)
     for gk in sorted(INDEXED_KINDS):
         for key, obj in _keyed_objects(view, gk):
-            for bucket, member in _edges(key, obj, keys):
+            for bucket, member in _edges(key, obj):
                 buckets.setdefault(bucket, set()).add(member)
     return HierarchyIndex({bucket: _kept(members) for bucket, members in buckets.items()})
-
-
-def _referent_keys(view: ClusterView) -> dict[ObjectKey, ObjectKey] | None:
-    """A store's own keys of what routes reference, for the buckets to be named by: each
-    reference read makes a key of its own, and a bucket kept the first one (at 8x the default
-    scale, 40,000 copies of keys the store holds). None for any other view."""
-    if not isinstance(view, Store):
-        return None
-    return {key: key for gk in (kinds.GATEWAY, kinds.SERVICE) for key in view.keys(gk)}
 
 
 def _kept(members: set[ObjectKey]) -> Members:
