@@ -637,8 +637,7 @@ def test_objects_and_rungs_without_policies_share_one_empty_answer() -> None:
     with pytest.raises(TypeError):
         answers[0][kinds.SERVICE] = []  # type: ignore[index]
     assert found.on(route("apps", "r")) == () and found.on(route("web", "w1")) == ()
-    # The route holds no policy at all: `on` keeps that once, and its rungs take no entry.
-    assert quiet[0] not in memo.engine_of(store).by_rung
+    assert memo.engine_of(store).by_rung[quiet[0]] is answers[0]
 
 
 def test_the_index_of_a_store_holds_the_stores_own_keys() -> None:
@@ -777,17 +776,3 @@ def test_routes_of_many_namespaces_on_one_gateway_hold_one_of_its_keys_and_conte
     assert ref_a.key == ref_b.key == gateway("infra", "gw") and ref_a.key is ref_b.key
     assert type(kept_a) is tuple and len(kept_a) == len(kept_b) == 2  # http, https
     assert kept_a == kept_b and all(a is b for a, b in zip(kept_a, kept_b, strict=True))
-
-
-def test_the_rungs_of_objects_that_hold_no_policy_take_no_entry_of_their_own() -> None:
-    """Most rungs' objects hold no policy, and `Attachments.on` keeps that once per object:
-    an entry per rung besides was most of the engine's table of rungs (at 8x the default
-    scale, about 260,000 entries)."""
-    store, _, engine = warm()
-    effective.compute(R1, store)
-    by_rung = engine.by_rung
-    assert isinstance(by_rung, dict)  # a store's own table
-    gateway = next(rung for rung in by_rung if rung.key.kind == "Gateway" and not rung.section)
-    assert by_rung[gateway]  # the Gateway holds the ColorPolicy: its rung is kept
-    assert not any(rung.key == R1 for rung in by_rung)  # the route holds none
-    assert R1 in engine.attached and not engine.attached[R1]  # kept once, for the object

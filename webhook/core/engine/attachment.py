@@ -193,16 +193,11 @@ class Attachments:
         """The policies attached exactly at `rung` (its object and section), by kind."""
         found = self._at.get(rung)
         if found is None:
-            attached = self.on(rung.key)
-            if not attached:
-                # Most rungs' objects hold no policy, which `on` keeps once per object: an
-                # entry per rung besides was most of the table (docs/performance.md).
-                return _NONE_AT
             by_kind: dict[GroupKind, list[Policy]] = {}
-            for policy, section in attached:
+            for policy, section in self.on(rung.key):
                 if section == rung.section:
                     by_kind.setdefault(policy.key.group_kind, []).append(policy)
-            # A section of an object that holds policies elsewhere: one empty answer for all.
+            # Most rungs hold no policy: they share one empty answer instead of one each.
             found = self._at[rung] = by_kind or _NONE_AT
         return found
 
