@@ -45,7 +45,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import orjson
 
@@ -60,6 +60,8 @@ from webhook.core.model.refs import ObjectKey, key_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import WRITE_LOG, Store
 from webhook.core.state.trim import trim
+
+_T = TypeVar("_T")
 
 try:
     from webhook.shell.process import heap
@@ -299,32 +301,24 @@ def generate(k: float, seed: int, reviews: int) -> Generated:
     from it (docs/performance.md, *Choices*).
     """
     listing = tempfile.TemporaryFile()  # noqa: SIM115 - the caller reads it, then closes it
-    with tempfile.TemporaryFile() as rest:
-        pid = os.fork()
-        if pid == 0:  # the child: its answer is in the two files and its exit status
-            try:
-                _generate_into(listing, rest, k, seed, reviews)
-                os._exit(0)
-            except BaseException:
-                traceback.print_exc()
-                os._exit(2)
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            listing.close()
-            raise RuntimeError("the synthetic cluster's generator failed (its traceback above)")
-        rest.seek(0)
-        taken = pickle.load(rest)
+    try:
+        taken = _forked(functools.partial(_generate_into, listing, k, seed, reviews))
+    except ChildFailed:
+        listing.close()
+        raise
     listing.seek(0)
     return Generated(listing, *taken)
 
 
-def _generate_into(listing: IO[bytes], rest: IO[bytes], k: float, seed: int, reviews: int) -> None:
+def _generate_into(listing: IO[bytes], k: float, seed: int, reviews: int) -> tuple[Any, ...]:
+    """The cluster's objects written to `listing`; what the phases take of it besides, in the
+    order of `Generated`'s fields after the listing."""
     cluster = synth.generate(synth.Shape().scaled(k), seed=seed)
     for obj in cluster.objects():
         listing.write(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE))
     listing.flush()
     assert cluster.busy_policy is not None
-    taken = (  # in the order of `Generated`'s fields after the listing
+    return (
         synth.describe(cluster),
         cluster.count(),
         [key for obj in cluster.annotated() if (key := key_of(obj)) is not None],
@@ -333,8 +327,6 @@ def _generate_into(listing: IO[bytes], rest: IO[bytes], k: float, seed: int, rev
         cluster.busy_policy,
         key_of(cluster.busy_gateway),
     )
-    pickle.dump(taken, rest)
-    rest.flush()
 
 
 def load(listed: Iterable[bytes], store: Store) -> None:
@@ -402,38 +394,49 @@ def _as_computed_afresh(
     return all(kept(key) == summary.summarize(key, rebuilt, settings) for key in keys)
 
 
-def _reference_ms() -> float:
-    """`reference_ms`, timed in a forked child: the memory the workload makes is the child's,
-    not in this process's peak RSS, which measures the webhook's state (at 1x the last
-    calibration, after the fan-out, had added 3.6 MB to it)."""
+class ChildFailed(RuntimeError):
+    """The work given to `_forked` raised in the child (its traceback is on stderr)."""
+
+
+def _forked(work: Callable[[], _T]) -> _T:
+    """`work()` in a forked copy of this process, its result pickled back.
+
+    What the work allocates is the child's, not in this process's peak RSS, which measures the
+    webhook's state: the generator's cluster, the reference workload between phases, a second
+    store to check values against."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: its answer is the text it writes
+    if pid == 0:  # the child: its answer is what it writes, or its exit status
+        os.close(read)
         try:
-            os.write(write, repr(reference_ms()).encode())
+            with os.fdopen(write, "wb") as answer:
+                pickle.dump(work(), answer)
             os._exit(0)
         except BaseException:
+            traceback.print_exc()
             os._exit(2)
     os.close(write)
     with os.fdopen(read, "rb") as answer:
-        text = answer.read()
+        data = answer.read()  # before waiting: a large answer fills the pipe
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError("the reference workload failed in its child")
-    return float(text)
+        raise ChildFailed(f"{getattr(work, '__name__', work)!s} failed in a forked child")
+    result: _T = pickle.loads(data)
+    return result
+
+
+def _reference_ms() -> float:
+    """`reference_ms`, timed in a forked child (`_forked`): at 1x the last calibration, after
+    the fan-out, had added 3.6 MB to the peak."""
+    return _forked(reference_ms)
 
 
 def _in_a_child(check: Callable[[], bool]) -> bool:
-    """`check()` in a forked copy of this process: the copy of the state it builds is not
-    this process's, and so not in the peak RSS that measures the webhook's state."""
-    pid = os.fork()
-    if pid == 0:  # the child: its answer is its exit status
-        try:
-            os._exit(0 if check() else 1)
-        except BaseException:
-            os._exit(2)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+    """`check()` in a forked child (`_forked`); False when it raises there."""
+    try:
+        return _forked(check)
+    except ChildFailed:
+        return False
 
 
 def _decisions(

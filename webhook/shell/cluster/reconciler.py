@@ -87,14 +87,9 @@ def merge_patch_of_annotation(
 Sent = tuple[str | None, bytes | None]
 
 
-def current_annotation(obj: Mapping[str, Any], annotation_key: str) -> bytes | None:
-    """The fingerprint of our annotation on `obj` (the store keeps no more: `trim.mark_of`)."""
-    return mark_of(obj, annotation_key)
-
-
 def _mark(value: str | None) -> bytes | None:
-    """A value as `current_annotation` reads it back from the store: its fingerprint (None:
-    no value of ours)."""
+    """A value as `trim.mark_of` reads it back from the store (which keeps no more): its
+    fingerprint (None: no value of ours)."""
     return fingerprint(value) if value is not None else None
 
 
@@ -166,7 +161,7 @@ class Reconciler:
         self.repatch_after = repatch_after
         self.turns = turns if turns is not None else Turns()
         # Patches sent whose watch event has not arrived yet: key → (resourceVersion, the
-        # value's fingerprint, as the watch event will bring it: `current_annotation`).
+        # value's fingerprint, as the watch event will bring it: `trim.mark_of`).
         self._sent: dict[ObjectKey, Sent] = {}
         self._task: asyncio.Task[None] | None = None
         self._ending: asyncio.Task[None] | None = None  # the last term, cancelled, cleaning up
@@ -273,11 +268,11 @@ class Reconciler:
         if new is None:
             self._forget(key)  # deleted: no retry, nothing to remember
             return
-        value = current_annotation(new, self.annotation_key)
+        value = mark_of(new, self.annotation_key)
         sent = self._sent.get(key)
         if sent is not None and sent[1] == value:
             return  # the echo of our own patch
-        if old is None or current_annotation(old, self.annotation_key) != value:
+        if old is None or mark_of(old, self.annotation_key) != value:
             self.queue.add(key)  # someone else edited or removed our annotation: put it back
 
     # --- the workers ---------------------------------------------------------------------------
@@ -331,7 +326,7 @@ class Reconciler:
             del self._sent[key]  # the watch caught up with our patch
             sent = None
         mark = _mark(wanted)
-        if current_annotation(obj, self.annotation_key) == mark or sent == (version, mark):
+        if mark_of(obj, self.annotation_key) == mark or sent == (version, mark):
             return False, wanted, version
         return True, wanted, version
 
