@@ -86,6 +86,10 @@ class Store:
         # Every object by key as well: `get` is the engine's most frequent call (a walk below
         # a Gateway makes thousands), and one lookup beats building a GroupKind for two.
         self._by_key: dict[ObjectKey, Mapping[str, Any]] = {}
+        # `get` is that dictionary's own method, with no Python frame of ours per call: a walk
+        # below a Gateway asks it for every route and Service it passes, and as a method of
+        # ours its frame was the walk's largest own cost (py-spy).
+        self.get: Callable[[ObjectKey], Mapping[str, Any] | None] = self._by_key.get
         self._crd_profiles: dict[GroupKind, KindProfile] = {}
         # `profile` per kind, until the next CRD write: asked on every write (is it a policy?)
         # and by every overlay, and building one is a catalog lookup and two dataclasses.
@@ -219,9 +223,6 @@ class Store:
 
     def is_policy_object(self, gk: GroupKind, obj: Mapping[str, Any]) -> bool:
         return looks_like_policy(gk, obj, self.profile(gk))
-
-    def get(self, key: ObjectKey) -> Mapping[str, Any] | None:
-        return self._by_key.get(key)
 
     def objects(self, gk: GroupKind) -> Iterable[Mapping[str, Any]]:
         return self._by_kind.get(gk, {}).values()
