@@ -449,13 +449,14 @@ class OverlayMemo:
         """The keys whose attached policies may differ from the base's (`_moved_targets`),
         when that is all the overlay changes: no hierarchy object, CRD or ReferenceGrant
         overlaid, so every object's contexts are the base's. None when it changes more."""
+        if self._moved is not None:  # asked once per object of an impact preview
+            return self._moved
         overlay = self._overlay
         if _replaces_structure(overlay) or any(
             key.group_kind in _ENGINE_INPUTS for key in overlay.overlaid
         ):
             return None
-        if self._moved is None:
-            self._moved = frozenset(_moved_targets(overlay))
+        self._moved = frozenset(_moved_targets(overlay))
         return self._moved
 
     def engine(self) -> EngineMemo:
@@ -463,6 +464,9 @@ class OverlayMemo:
         root = _root_store(overlay)
         if root is None:
             return EngineMemo(MIN_ENTRIES)
+        engine = self._engine
+        if engine is not None and self._engine_revision == root.revision and not engine.full():
+            return engine  # kept only for an overlay that touches the engine, as below
         if not _touches_engine(overlay):
             return engine_of(overlay.base)  # a route or Gateway as submitted: engine reads none
         if self._engine is None or self._engine_revision != root.revision or self._engine.full():
