@@ -335,7 +335,8 @@ def test_an_overlay_computes_what_the_changed_cluster_would(
     start: list[changes.Op], change: tuple[str, Any]
 ) -> None:
     """What admission computes on "the cluster with this policy" (an overlay that reuses the
-    store's warm memos) equals a computation on a store that holds the change for real."""
+    store's warm memos) equals a computation on a store that holds the change for real — also
+    one kind at a time, as the impact preview asks (`only`: none where the kind is not met)."""
     store = changes.base_store()
     for op in start:
         changes.apply(store, op)
@@ -357,8 +358,13 @@ def test_an_overlay_computes_what_the_changed_cluster_would(
         gone = policies[change[1] % len(policies)]
         overlay = OverlayView(store, deletes=[gone])
         after.delete(gone)
+    policy_kinds = {p.key.group_kind for view in (store, after) for p in view.policies()}
     for key in keys:
-        assert effective.compute(key, overlay) == effective.compute(key, after), key
+        whole = effective.compute(key, after)
+        assert effective.compute(key, overlay) == whole, key
+        for gk in policy_kinds:
+            mine = [found for found in whole if found.group_kind == gk]
+            assert effective.compute(key, overlay, only=gk) == mine, (key, gk)
         assert summary.summarize(key, overlay, changes.SETTINGS) == summary.summarize(
             key, after, changes.SETTINGS
         ), key

@@ -115,13 +115,14 @@ def compute(
     if obj is None:
         return []
     evaluation = _Evaluation.of(view, with_losers)
-    standing = ladder.reached(key, obj, view, evaluation.attachments)
+    standing = ladder.reached(key, obj, view, evaluation.attachments, with_kinds=only is None)
     out = []
-    for gk in standing.kinds:
-        if only is None or gk == only:
-            found = _KindRules(view.profile(gk), evaluation).apply(key, obj, standing)
-            if found is not None:
-                out.append(found)
+    # One kind asked: its rules answer None where none of its policies reaches the object, so
+    # whether it is among the kinds met need not be known first.
+    for gk in standing.kinds if only is None else (only,):
+        found = _KindRules(view.profile(gk), evaluation).apply(key, obj, standing)
+        if found is not None:
+            out.append(found)
     return out
 
 

@@ -58,10 +58,16 @@ def reached(
     obj: Mapping[str, Any],
     view: ClusterView,
     attachments: Attachments,
+    *,
+    with_kinds: bool = True,
 ) -> Reached:
     """The object's standing, kept per object while the store's structure and the places
     policies attach to hold (a store's ladder memo); on an overlay that only moves policies (a
-    policy under review), made from its base's; computed afresh on any other view."""
+    policy under review), made from its base's; computed afresh on any other view.
+
+    `with_kinds=False`: a caller that asks about one kind only (an impact preview) needs no
+    list of the kinds met, and on an overlay of policies none is made (`kinds` is empty there:
+    a tenth of the preview's "after" half was that list)."""
     memo = ladders_of(view) if key.group_kind in kinds.ANNOTATED_KINDS else None
     found = memo.reached.get(key) if memo is not None else None
     if found is None:
@@ -69,7 +75,7 @@ def reached(
         if moves is not None:
             base, moved = moves
             below = reached(key, obj, base, Attachments(base, engine_of(base)))
-            return _moved(key, below, moved, attachments)
+            return _moved(key, below, moved, attachments, with_kinds)
         ladder = ladder_of(hierarchy.kept_contexts(key, view), attachments)
         found = Reached(
             *ladder, _kinds_met(key, ladder, attachments), kinds.section_names(key.group_kind, obj)
@@ -80,7 +86,11 @@ def reached(
 
 
 def _moved(
-    key: ObjectKey, base: Reached, moved: frozenset[ObjectKey], attachments: Attachments
+    key: ObjectKey,
+    base: Reached,
+    moved: frozenset[ObjectKey],
+    attachments: Attachments,
+    with_kinds: bool,
 ) -> Reached:
     """The standing on an overlay that only moves policies, from the base's: the same
     contexts, and the same rungs holding policies in each context that passes no key of
@@ -106,7 +116,8 @@ def _moved(
     for i, rungs in enumerate(before):
         by_policy_rungs.setdefault(rungs, []).append(i)
     ladder = Ladder(contexts, base.paths, tuple(by_policy_rungs.items()))
-    return Reached(*ladder, _kinds_met(key, ladder, attachments), base.sections)
+    met = _kinds_met(key, ladder, attachments) if with_kinds else ()
+    return Reached(*ladder, met, base.sections)
 
 
 _KEY_OF = operator.itemgetter(0)  # a Rung's key, read in C (`_moved` asks it of every rung)
