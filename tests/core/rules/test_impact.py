@@ -328,3 +328,14 @@ def test_a_policy_moved_to_another_target_previews_both_reaches() -> None:
     changes, covers = lines(verdict, "PA-C04")
     assert changes.endswith("on 1 HTTPRoute (apps/r unset→3)")
     assert covers == "[PA-C04] preview covers 1 of 4 affected objects"  # r, foo, bar; r2
+
+
+def test_preview_values_are_spelled_as_json_writes_them() -> None:
+    """A number as itself, a boolean as `true` (not Python's `True`), a string unquoted."""
+    store = store_of(CRDS, CLUSTER)
+    text = "default: {maxRetries: 3, perTryTimeout: 2s, retryOnReset: true}"
+    verdict = admit(store, retry("h", "infra", GW, text))
+    changed = " ".join(lines(verdict, "PA-C04"))
+    assert "unset→3" in changed
+    assert "unset→2s" in changed
+    assert "unset→true" in changed

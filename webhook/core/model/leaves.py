@@ -11,7 +11,7 @@ walked item by item on its keys; a map of objects (`map[string]Rule`: Kuadrant's
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from webhook.core.model.pointer import escape
 
@@ -22,6 +22,12 @@ Path = tuple[Segment, ...]
 Schema = Mapping[str, Any] | None
 
 
+def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """`isinstance(value, Mapping)`, with a plain dict (nearly every value: decoded JSON)
+    answered before the ABC's check, which alone was 2% of a route policy's review (py-spy)."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def is_unset(value: object) -> bool:
     return value is None or value == "" or value == [] or value == {}
 
@@ -30,11 +36,11 @@ def child_schema(schema: Schema, name: str) -> Schema:
     if not schema:
         return None
     props = schema.get("properties")
-    if isinstance(props, Mapping) and isinstance(props.get(name), Mapping):
+    if _is_map(props) and _is_map(props.get(name)):
         child: Mapping[str, Any] = props[name]
         return child
     extra = schema.get("additionalProperties")
-    if isinstance(extra, Mapping):
+    if _is_map(extra):
         return extra
     return None
 
@@ -43,7 +49,7 @@ def is_map_schema(schema: Schema) -> bool:
     """A `map[string]T`: additionalProperties and no properties of its own."""
     if not schema:
         return False
-    return isinstance(schema.get("additionalProperties"), Mapping) and not schema.get("properties")
+    return _is_map(schema.get("additionalProperties")) and not schema.get("properties")
 
 
 def is_named_rules_schema(schema: Schema) -> bool:
@@ -67,7 +73,7 @@ def list_map_keys(schema: Schema) -> tuple[str, ...] | None:
 
 def item_schema(schema: Schema) -> Schema:
     items = schema.get("items") if schema else None
-    return items if isinstance(items, Mapping) else None
+    return items if _is_map(items) else None
 
 
 def leaves(value: Mapping[str, Any], schema: Schema) -> dict[Path, Any]:
@@ -87,7 +93,7 @@ def _walk_object(
 def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Any]) -> None:
     if is_unset(value):
         return
-    if isinstance(value, Mapping):
+    if _is_map(value):
         if is_named_rules_schema(schema):
             for name, entry in value.items():
                 if not is_unset(entry):
@@ -113,9 +119,7 @@ def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Any]) -> None:
 def _all_keyed(items: list[Any], keys: tuple[str, ...]) -> bool:
     # A key value is part of a path, so it must be a scalar: an object or list there (which
     # the CRD schema would refuse) makes the list one leaf rather than an unhashable path.
-    return all(
-        isinstance(i, Mapping) and all(k in i and _is_scalar(i[k]) for k in keys) for i in items
-    )
+    return all(_is_map(i) and all(k in i and _is_scalar(i[k]) for k in keys) for i in items)
 
 
 def _is_scalar(value: object) -> bool:

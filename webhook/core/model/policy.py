@@ -10,7 +10,7 @@ apart from settings: `targetSelectors` is a target, a stanza's `strategy` and En
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.core.model import meta
@@ -94,6 +94,12 @@ class Policy:
     # Envoy Gateway's `mergeType` is set: this policy merges onto less specific ones, field by
     # field, instead of replacing them whole.
     merges_onto_less_specific: bool = False
+    # `namespace/name` (SPEC §3.3), made once: the engine names a policy in every source and
+    # loser of every board, and an impact preview in every group it reads.
+    ref: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", self.key.policy_ref)
 
     def strategy(self, stanza: Stanza) -> Strategy | None:
         return self.override_strategy if stanza == "override" else self.default_strategy
@@ -128,11 +134,7 @@ class Policy:
     @property
     def order_key(self) -> tuple[str, str]:
         """SPEC §4.4: oldest first, then `namespace/name` in byte order."""
-        return (self.created, self.key.policy_ref)
-
-    @property
-    def ref(self) -> str:
-        return self.key.policy_ref
+        return (self.created, self.ref)
 
 
 def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:

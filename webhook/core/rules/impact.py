@@ -435,11 +435,14 @@ def _name(where: str, one_kind: bool) -> str:
 
 
 def _short(value: Any, limit: int = 24) -> str:
-    text = (
-        value
-        if isinstance(value, str)
-        else json.dumps(value, separators=(",", ":"), sort_keys=True)
-    )
+    kind = type(value)
+    text: str
+    if kind is str:
+        text = value
+    elif kind is int:  # most values; written as JSON writes them, without its encoder
+        text = str(value)
+    else:
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
