@@ -9,6 +9,7 @@ apart from settings: `targetSelectors` is a target, a stanza's `strategy` and En
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -95,11 +96,12 @@ class Policy:
     # field, instead of replacing them whole.
     merges_onto_less_specific: bool = False
     # `namespace/name` (SPEC §3.3), made once: the engine names a policy in every source and
-    # loser of every board, and an impact preview in every group it reads.
+    # loser of every board, and an impact preview in every group it reads. Interned, as the
+    # boards' sources hold it: one string per policy, not a second copy.
     ref: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ref", self.key.policy_ref)
+        object.__setattr__(self, "ref", sys.intern(self.key.policy_ref))
 
     def strategy(self, stanza: Stanza) -> Strategy | None:
         return self.override_strategy if stanza == "override" else self.default_strategy
