@@ -115,10 +115,14 @@ def test_each_validation_pass_meets_the_reach_the_first_met() -> None:
     next pass walks it again, as the first review of that target does."""
     store = store_of(CRDS, CLUSTER)
     memo.index_of(store)
-    put_back = scale._kept_reaches(store)
     target = gateway("infra", "gw")
-    hierarchy.reach_in_order(target, None, store)
+    hierarchy.reach_in_order(target, None, store)  # kept before the first pass
     structure = memo.shared_structure(store)
-    assert structure is not None and (target, None, True) in structure.reach
+    assert structure is not None
+    first = dict(structure.reach), {k: list(v) for k, v in structure.reach_at.items()}
+    put_back = scale._kept_reaches(store)
+    # A pass walks more below the same rung: the rung's list of reaches grows in place.
+    hierarchy.reach_in_order(target, None, store, inherited=False)
+    assert (target, None, False) in structure.reach
     put_back()
-    assert (target, None, True) not in structure.reach
+    assert (structure.reach, structure.reach_at) == first

@@ -572,15 +572,12 @@ def _affected_by(
         if kind == "Service" and not key.group:
             if index.routes_of_parent(key):  # a mesh route's parent (GAMMA): rare
                 frontier.extend(_children(Rung(key), view, index, memo))
-        elif (key.group, kind) in _ROUTE_KINDS:
+        elif (key.group, kind) in kinds.ROUTE_KINDS:  # a GroupKind is a tuple: a plain one finds it
             frontier.extend(_route_children(key, None, view, memo))
         else:
             frontier.extend(_children(Rung(key), view, index, memo))
     out |= seen
     return out
-
-
-_ROUTE_KINDS = frozenset((gk.group, gk.kind) for gk in kinds.ROUTE_KINDS)
 
 
 def _route_children(

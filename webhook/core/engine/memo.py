@@ -469,9 +469,9 @@ class OverlayMemo:
             return engine  # kept only for an overlay that touches the engine, as below
         if not _touches_engine(overlay):
             return engine_of(overlay.base)  # a route or Gateway as submitted: engine reads none
-        if self._engine is None or self._engine_revision != root.revision or self._engine.full():
-            self._engine, self._engine_revision = _layered_engine(overlay), root.revision
-        return self._engine
+        engine = self._engine = _layered_engine(overlay)
+        self._engine_revision = root.revision
+        return engine
 
 
 # --- what the engine asks for ------------------------------------------------------------------
