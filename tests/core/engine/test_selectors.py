@@ -366,6 +366,57 @@ def test_envoy_gateway_merge_type_on_the_less_specific_policy_changes_nothing() 
     assert btp_value(store) == {"retry": {"numRetries": 5}}
 
 
+@pytest.mark.parametrize("body", ["", "timeout: {}"], ids=["nothing", "only-unset-values"])
+def test_envoy_gateway_an_empty_route_policy_replaces_the_gateways_whole(body: str) -> None:
+    """Envoy Gateway's translator (testdata backendtrafficpolicy-override-replace): a route's
+    policy that sets nothing still replaces the Gateway's whole, so the route gets none of its
+    settings; the Gateway's policy is a loser there, replaced by the empty one."""
+    store = store_of(
+        vendor_crds("envoy-gateway"), CLUSTER, GATEWAY_BTP, btp("rt", "HTTPRoute/r", body)
+    )
+    assert btp_value(store) == {}
+    (result,) = effective.compute(route("apps", "r"), store)
+    assert result.policies == ("apps/rt", "infra/gw")
+    (context,) = result.contexts
+    (loser,) = context.losers
+    assert (loser.policy, loser.field) == ("infra/gw", "*")
+    assert loser.by is not None and loser.by.policy == "apps/rt"
+    assert "atomic: skipped whole" in loser.reason
+    # Where the empty policy is not the more specific one, it takes nothing away.
+    above = store_of(
+        vendor_crds("envoy-gateway"),
+        CLUSTER,
+        btp("gw", "Gateway/gw", body),
+        btp("rt", "HTTPRoute/r", "retry: {numRetries: 5}"),
+    )
+    assert btp_value(above) == {"retry": {"numRetries": 5}}
+
+
+def test_envoy_gateway_an_empty_route_policy_with_merge_type_changes_nothing() -> None:
+    store = store_of(
+        vendor_crds("envoy-gateway"),
+        CLUSTER,
+        GATEWAY_BTP,
+        btp("rt", "HTTPRoute/r", "mergeType: StrategicMerge"),
+    )
+    assert btp_value(store) == {
+        "retry": {"numRetries": 3},
+        "timeout": {"http": {"requestTimeout": "10s"}},
+    }
+
+
+def test_an_empty_explicit_atomic_stanza_is_unset_and_replaces_nothing() -> None:
+    """SPEC §5.4: `default: {}` is unset. Only a policy whose settings are its spec proper
+    (no wrapper at all, Envoy Gateway's shape) takes part when it sets nothing."""
+    store = store_of(
+        CRDS,
+        CLUSTER,
+        retry("gw", "Gateway/gw", "default: {strategy: atomic, maxRetries: 1}"),
+        retry("rt", "HTTPRoute/r", "default: {strategy: atomic}"),
+    )
+    assert retry_value(store, route("apps", "r")) == {"maxRetries": 1}
+
+
 def rlp(name: str, target: str, body: str) -> str:
     return "---\n" + policy(
         name,

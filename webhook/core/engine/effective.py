@@ -428,15 +428,17 @@ class _KindRules:
         # Whether an atomic default may still apply: nothing claimed yet, or only by policies
         # that merge onto less specific ones.
         open_below = not board.won
+        closed_by: Claim | None = None  # the default that closed it, when it set nothing
         for claim, found in offers["default"]:  # §5.2c: target first
             if self._strategy(claim, "default") == "atomic" and not open_below:
-                _skip(board, claim, _first_claim(board), "atomic: skipped whole")
+                _skip(board, claim, _first_claim(board) or closed_by, "atomic: skipped whole")
                 continue
             for path, value in found.items():
                 board.offer(path, value, claim)
-            open_below = (
-                open_below and claim.policy is not None and claim.policy.merges_onto_less_specific
-            )
+            if open_below and not (
+                claim.policy is not None and claim.policy.merges_onto_less_specific
+            ):
+                open_below, closed_by = False, claim
         return board.result(context)
 
     def _offers(self, levels: list[tuple[Rung, Sequence[Policy]]]) -> dict[Stanza, list[Offer]]:
@@ -451,12 +453,23 @@ class _KindRules:
             for rung, policies in walk:
                 for policy in policies:
                     found = self.leaves.of(policy, stanza)
-                    if found:
+                    if found or (stanza == "default" and self._replaces_when_empty(policy)):
                         # Interned: a board per context group holds its sources, and the
                         # same policy at the same rung is in thousands of them.
                         source = Source(sys.intern(policy.ref), stanza, sys.intern(rung.display()))
                         offers[stanza].append((Claim(source, policy), found))
         return offers
+
+    def _replaces_when_empty(self, policy: Policy) -> bool:
+        """A policy whose settings are its spec proper, merged atomically, takes part as a
+        default even when it sets nothing: the most specific one wins whole (§5.5), and then
+        nothing of the less specific ones applies — as Envoy Gateway applies an empty policy
+        on a route below a Gateway's (docs/decisions.md). An empty explicit stanza is unset
+        (§5.4), and an empty policy that merges onto less specific ones changes nothing."""
+        if not policy.settings_in_spec:
+            return False
+        own = policy.strategy("default")
+        return (own or self.profile.merge) == "atomic"
 
     def _strategy(self, claim: Claim, stanza: Stanza) -> str:
         """The stanza's own merge selector (SPEC §1.7), else the kind's strategy."""

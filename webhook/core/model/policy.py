@@ -95,6 +95,9 @@ class Policy:
     # Envoy Gateway's `mergeType` is set: this policy merges onto less specific ones, field by
     # field, instead of replacing them whole.
     merges_onto_less_specific: bool = False
+    # An Inherited policy with no wrapper: its spec proper is its default, even when it sets
+    # nothing there (under an atomic merge it then replaces less specific policies whole).
+    settings_in_spec: bool = False
     # `namespace/name` (SPEC §3.3), made once: the engine names a policy in every source and
     # loser of every board, and an impact preview in every group it reads. Interned, as the
     # boards' sources hold it: one string per policy, not a second copy.
@@ -263,7 +266,8 @@ def read_policy(obj: Mapping[str, Any], profile: KindProfile) -> Policy | None:
     policy_class, _ = class_of(spec, profile)
     stanzas: dict[str, Mapping[str, Any] | None] = {"default": None, "override": None}
     strategies: dict[str, Strategy | None] = {"default": None, "override": None}
-    for raw_key, value in wrappers_in(spec, profile).items():
+    wrappers = wrappers_in(spec, profile)
+    for raw_key, value in wrappers.items():
         stanza, _ = WRAPPER_KEYS[raw_key]
         if isinstance(value, Mapping) and stanzas[stanza] is None:
             stanzas[stanza], strategies[stanza] = split_stanza(value, profile)
@@ -301,4 +305,5 @@ def read_policy(obj: Mapping[str, Any], profile: KindProfile) -> Policy | None:
         override_strategy=strategies["override"],
         merges_onto_less_specific=spec_selector is not None
         and spec.get(spec_selector) not in (None, ""),
+        settings_in_spec=policy_class == "Inherited" and not wrappers,
     )
