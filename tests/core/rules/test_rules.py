@@ -153,7 +153,8 @@ def test_every_rule_of_the_table_is_covered_by_a_case_or_a_dedicated_test() -> N
 
 # PA-K02 and PA-K03 judge policy kinds, not policies: tests/core/audit/test_reports.py.
 DEDICATED = {
-    "PA-S00", "PA-S12", "PA-S13", "PA-S14", "PA-S15", "PA-S16", "PA-T08", "PA-K02", "PA-K03"
+    "PA-S00", "PA-S12", "PA-S13", "PA-S14", "PA-S15", "PA-S16", "PA-S17", "PA-T08", "PA-K02",
+    "PA-K03",
 }  # fmt: skip
 
 
@@ -631,6 +632,74 @@ def test_an_operator_may_deny_what_pa_s16_warns_about() -> None:
     verdict = admit(store, kuadrant("RateLimitPolicy", target + KUADRANT_WHEN
                                     + f"  defaults: {KUADRANT_LIMITS}"))  # fmt: skip
     assert fired(verdict)["PA-S16"] == ["spec.when"] and not verdict.allowed
+
+
+EG_LIKE = (VENDOR_CRDS / "envoy-gateway.yaml").read_text(encoding="utf-8")
+GATEWAY_REF = "  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n"
+
+
+def vendor_policy(api_version: str, kind: str, spec: str) -> str:
+    """A policy in the namespace of what it targets: `apps` for a route, `infra` for a Gateway."""
+    namespace = "infra" if "kind: Gateway," in spec else "apps"
+    return f"""
+apiVersion: {api_version}
+kind: {kind}
+metadata: {{name: p, namespace: {namespace}}}
+spec:
+{spec}
+"""
+
+
+@pytest.mark.parametrize("with_crds", [True, False], ids=["vendor-crds", "catalog-only"])
+@pytest.mark.parametrize(
+    ("api_version", "kind", "spec", "says"),
+    [
+        ("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy", ROUTE, "replaces less specific"),
+        ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy", GATEWAY_REF, "replaces less specific"),
+        ("gateway.envoyproxy.io/v1alpha1", "SecurityPolicy", ROUTE + "  timeout: null\n", "replaces less specific"),
+        ("gateway.envoyproxy.io/v1alpha1", "EnvoyExtensionPolicy", ROUTE, "replaces less specific"),
+        ("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy", ROUTE + "  mergeType: StrategicMerge\n", "changes nothing"),
+        ("gateway.nginx.org/v1alpha1", "ClientSettingsPolicy", GATEWAY_REF, "changes nothing"),
+        ("gateway.nginx.org/v1alpha1", "ProxySettingsPolicy", GATEWAY_REF, "changes nothing"),
+        ("gateway.nginx.org/v1alpha1", "RateLimitPolicy", GATEWAY_REF, "changes nothing"),
+    ],
+)  # fmt: skip
+def test_a_policy_that_sets_nothing_is_warned_where_its_vendor_accepts_it(
+    api_version: str, kind: str, spec: str, says: str, with_crds: bool
+) -> None:
+    """The first principle: these vendors' CRDs require no setting and no CEL rule asks for
+    one, so their API servers accept a policy that sets nothing — and Envoy Gateway applies
+    it, replacing the less specific policies whole (its translator tests). PA-S17 warns and
+    says what it does; PA-S10 would have denied it."""
+    store = store_of(EG_LIKE, NGF_LIKE, CLUSTER) if with_crds else store_of(CLUSTER)
+    verdict = admit(store, vendor_policy(api_version, kind, spec))
+    assert verdict.allowed, fired(verdict)
+    assert fired(verdict).get("PA-S17") == ["spec"] and "PA-S10" not in fired(verdict)
+    message = next(j.finding.message for j in verdict.judged if j.finding.rule_id == "PA-S17")
+    assert says in message and len(f"[PA-S17] spec: {message}") <= 120
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        rate_limit(ROUTE.replace("targetRefs: [", "targetRef: ").replace("}]", "}")),
+        retry(ROUTE),
+        vendor_policy("gateway.nginx.org/v1alpha1", "WAFPolicy", GATEWAY_REF),
+    ],
+    ids=["kuadrant-cel-refuses-it", "no-vendor-to-ask", "ngf-waf-requires-type"],
+)
+def test_a_policy_that_sets_nothing_stays_denied_where_no_vendor_accepts_it(text: str) -> None:
+    """Kuadrant's CEL asks for `limits`, NGINX's WAFPolicy requires `type`, and a kind the
+    catalog does not know has SPEC's PA-S10 (DENY)."""
+    verdict = admit(cluster_store(), text)
+    assert fired(verdict).get("PA-S10") == ["spec"] and not verdict.allowed
+    assert "PA-S17" not in fired(verdict)
+
+
+def test_an_operator_may_deny_what_pa_s17_warns_about() -> None:
+    text = vendor_policy("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy", ROUTE)
+    verdict = admit(store_of(CLUSTER), text, Settings(rule_actions={"PA-S17": "deny"}))
+    assert fired(verdict).get("PA-S17") == ["spec"] and not verdict.allowed
 
 
 FIXTURE_TARGET_REFS = "targetRefs: {type: array, maxItems: 16, items: {type: object}}"

@@ -72,6 +72,11 @@ class CatalogEntry:
     # and its own tests apply policies naming 18 Gateways. PA-S03 reads the installed CRD's
     # `maxItems` first, this when the CRD is not at hand (`check` without CRDs).
     max_target_refs: int | None = GEP_713_MAX_TARGET_REFS
+    # The vendor's schema requires no setting, and no CEL rule asks for one: its API server
+    # accepts a policy that sets nothing, and the vendor applies it — under Envoy Gateway's
+    # atomic merge, an empty policy on a route replaces the Gateway's whole, so the route gets
+    # none of its settings (its translator tests). Such a policy is PA-S17 (WARN), not PA-S10.
+    settings_optional: bool = False
 
 
 # Gateway API kinds that policies attach to, in the bundles the vendors' CEL rules name.
@@ -110,11 +115,17 @@ _KGATEWAY = (
 
 
 def _envoy_gateway(
-    kind: str, plural: str, targets: frozenset[GroupKind], *, merge_type: bool = False
+    kind: str,
+    plural: str,
+    targets: frozenset[GroupKind],
+    *,
+    merge_type: bool = False,
+    settings_optional: bool = True,
 ) -> CatalogEntry:
     """Envoy Gateway: Inherited (GEP-713's table), settings in the spec proper; the most
     specific policy replaces the others whole unless it sets `mergeType` (its docs); no
-    limit on `targetRefs` (its CRDs set no `maxItems`)."""
+    limit on `targetRefs` (its CRDs set no `maxItems`); no setting required but
+    EnvoyPatchPolicy's `type`."""
     return CatalogEntry(
         GroupKind(ENVOY_GATEWAY_GROUP, kind),
         "Inherited",
@@ -123,6 +134,7 @@ def _envoy_gateway(
         merge="atomic",
         spec_selector="mergeType" if merge_type else None,
         max_target_refs=None,
+        settings_optional=settings_optional,
     )
 
 
@@ -168,6 +180,7 @@ def _nginx(
     *,
     version: str,
     merge: Merge = "patch",
+    settings_optional: bool = False,
 ) -> CatalogEntry:
     """NGINX Gateway Fabric: no wrappers; each CRD labelled `direct` or `inherited`."""
     return CatalogEntry(
@@ -176,6 +189,7 @@ def _nginx(
         targets,
         source=_NGINX.format(plural) + f" ({version}; label {policy_class.lower()})",
         merge=merge,
+        settings_optional=settings_optional,
     )
 
 
@@ -233,7 +247,12 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "EnvoyExtensionPolicy", "envoyextensionpolicies", GATEWAY_AND_ROUTES, merge_type=True
     ),
     # No CEL; its task page targets a Gateway, or the GatewayClass when Gateways are merged.
-    _envoy_gateway("EnvoyPatchPolicy", "envoypatchpolicies", frozenset({GATEWAY_CLASS, GATEWAY})),
+    _envoy_gateway(
+        "EnvoyPatchPolicy",
+        "envoypatchpolicies",
+        frozenset({GATEWAY_CLASS, GATEWAY}),
+        settings_optional=False,  # its CRD requires `type`
+    ),
     # Kuadrant: `targetRef` (singular) to a Gateway API kind, `sectionName` allowed. The rate
     # limit kinds' CEL refuses `limits` beside a stanza but not `when` (their Go types read the
     # stanza alone then); AuthPolicy's refuses `when`, `patterns` and `rules` alike.
@@ -262,6 +281,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "Inherited",
         GATEWAY_HTTP_GRPC,
         version="v1alpha1",
+        settings_optional=True,  # its CRD requires only the targets
     ),
     _nginx(
         "ProxySettingsPolicy",
@@ -269,6 +289,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "Inherited",
         GATEWAY_HTTP_GRPC,
         version="v1alpha1",
+        settings_optional=True,  # its CRD requires only the targets
     ),
     _nginx(
         "RateLimitPolicy",
@@ -276,6 +297,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "Inherited",
         GATEWAY_HTTP_GRPC,
         version="v1alpha1",
+        settings_optional=True,  # its CRD requires only the targets
     ),
     # docs/proposals/nap-waf.md: the more specific WAFPolicy replaces the other one whole.
     _nginx(
@@ -336,6 +358,8 @@ def catalog_markdown() -> str:
             f"; `{name}` beside them ignored (PA-S16)"
             for name in sorted(entry.ignored_beside_stanzas)
         )
+        if entry.settings_optional and entry.policy_class == "Inherited":
+            stanzas += "; may set nothing (PA-S17)"
         lines.append(
             f"| `{entry.group_kind}`{scope} | {entry.policy_class} | {targets} | "
             f"{stanzas} | {entry.merge} | {selectors} | {entry.source} |"

@@ -70,6 +70,8 @@ class KindProfile:
     # Keys of the spec proper the vendor accepts beside a stanza and ignores there (catalog,
     # see there): PA-S16, not PA-S09.
     ignored_beside_stanzas: frozenset[str] = frozenset()
+    # The vendor accepts a policy that sets nothing (catalog, see there): PA-S17, not PA-S10.
+    settings_optional: bool = False
     exclusive_stanzas: bool = False
     overrides_forbidden_on: frozenset[GroupKind] = frozenset()
     cross_namespace: CrossNamespace = "referencegrant"
@@ -202,6 +204,7 @@ def base_profile(gk: GroupKind, from_crd: KindProfile | None) -> KindProfile:
         setting_keys=entry.setting_keys,
         target_optional=entry.target_optional,
         ignored_beside_stanzas=entry.ignored_beside_stanzas,
+        settings_optional=entry.settings_optional,
         max_target_refs=entry.max_target_refs,
     )
 

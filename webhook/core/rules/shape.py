@@ -1,4 +1,4 @@
-"""Shape rules PA-S01…PA-S16 (SPEC §2.1): what a policy's `spec` may look like.
+"""Shape rules PA-S01…PA-S17 (SPEC §2.1): what a policy's `spec` may look like.
 
 Each check looks at the raw spec as the user wrote it, so that every field path in a finding
 points at what they typed. Checks never stop at the first problem.
@@ -308,6 +308,20 @@ def _sets_something(settings: Mapping[str, Any]) -> bool:
     return any(value is not None for value in settings.values())
 
 
+def _empty_accepted(spec: Mapping[str, Any], profile: KindProfile) -> str:
+    """PA-S17: what a policy that sets nothing does where its vendor applies it. Under an
+    atomic merge the most specific policy replaces the less specific ones whole, an empty one
+    too (Envoy Gateway's translator tests: the route gets none of the Gateway policy's
+    settings); one that merges onto them (`mergeType`, a `patch` kind) adds nothing."""
+    selector = profile.spec_selector
+    merges = profile.merge != "atomic" or (
+        selector is not None and spec.get(selector) not in (None, "")
+    )
+    if merges:
+        return "sets nothing: it changes nothing where it applies"
+    return "sets nothing, and replaces less specific policies whole: its targets get none of their settings"
+
+
 def _stanza_content(
     spec: Mapping[str, Any],
     present: Mapping[str, Any],
@@ -332,12 +346,15 @@ def _stanza_content(
         only_selectors = any(
             isinstance(v, Mapping) and stanza_selector_of(profile) in v for v in present.values()
         )
-        what = (
-            "holds only a merge selector; an Inherited policy must set at least one field"
-            if only_selectors
-            else "an Inherited policy must set at least one field to apply"
-        )
-        findings.append(Finding("PA-S10", where, what))
+        if profile.settings_optional:
+            findings.append(Finding("PA-S17", where, _empty_accepted(spec, profile)))
+        else:
+            what = (
+                "holds only a merge selector; an Inherited policy must set at least one field"
+                if only_selectors
+                else "an Inherited policy must set at least one field to apply"
+            )
+            findings.append(Finding("PA-S10", where, what))
     if "default" in stanza_leaves and "override" in stanza_leaves:
         default_key, default_leaves = stanza_leaves["default"]
         override_key, override_leaves = stanza_leaves["override"]
