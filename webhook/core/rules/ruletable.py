@@ -84,7 +84,7 @@ RULES: tuple[Rule, ...] = (
     Rule("PA-S16", "warn", "a field the kind's schema accepts beside a stanza, where the vendor reads the stanza alone and ignores it (Kuadrant's rate limit `when`)",
          "move the field into the stanza (`spec.defaults.when`)", "FieldValueForbidden", "2.1"),
     Rule("PA-S17", "warn", "an Inherited policy that sets nothing, of a kind whose vendor accepts that (Envoy Gateway: it replaces the less specific policies whole)",
-         "set the fields to apply, or keep it only to clear the less specific policies' settings", "FieldValueRequired", "2.1"),
+         "set the fields to apply (under Envoy Gateway, keep it empty only to drop what less specific policies set)", "FieldValueRequired", "2.1"),
     Rule("PA-T01", "warn", "the target's group/kind is not one this policy kind is known to target (DENY when the operator's config lists the kind's targets)",
          "target one of the kinds listed in the message, or list the kind's targets in the config", "FieldValueNotSupported", "2.2"),
     Rule("PA-T02", "deny", "a Direct policy targets more than one kind",
