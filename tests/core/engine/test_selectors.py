@@ -29,7 +29,7 @@ from webhook.core.admission import validation as admission
 from webhook.core.admission.reviews import Request
 from webhook.core.annotation import dependencies, summary
 from webhook.core.engine import effective
-from webhook.core.model.refs import ObjectKey
+from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import Store
@@ -468,3 +468,70 @@ def test_kuadrant_merge_defaults_fill_what_the_route_leaves() -> None:
     )  # fmt: skip
     value = rlp_value(store)
     assert isinstance(value, dict) and set(value["limits"]) == {"global", "route"}
+
+
+# --- PA-C01 where stanzas meet atomically: the policy that loses applies nothing -----------------
+
+
+def conflict_line(store: Store, text: str, created: str) -> str | None:
+    """The PA-C01 warning of `text`'s policy, admitted as created at `created`, if any."""
+    (obj,) = docs(text)
+    obj["metadata"]["creationTimestamp"] = created
+    gk = GroupKind(obj["apiVersion"].split("/")[0], obj["kind"])
+    verdict = admission.check_policy(obj, gk, view=store, settings=Settings())
+    found = [w for w in verdict.warning_lines() if w.startswith("[PA-C01]")]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+T2 = "2024-05-01T10:00:02Z"
+
+
+def test_envoy_gateway_a_second_policy_on_the_same_route_loses_whole_whatever_its_fields() -> None:
+    """Envoy Gateway applies one BackendTrafficPolicy per target, the older: the newer sets
+    other fields, but none of them applies. PA-C01 says so on both sides, where comparing the
+    fields alone found no conflict."""
+    older = btp("older", "HTTPRoute/r", "retry: {numRetries: 3}")
+    newer = btp("newer", "HTTPRoute/r", "timeout: {http: {requestTimeout: 5s}}")
+    store = store_of(vendor_crds("envoy-gateway"), CLUSTER, older)
+    line = conflict_line(store, newer, T2)
+    assert line is not None and "apps/older" in line and line.endswith("and wins whole (atomic)")
+    store = store_of(vendor_crds("envoy-gateway"), CLUSTER, newer.replace(T0, T2))
+    line = conflict_line(store, older, T0)
+    assert (
+        line is not None and "apps/newer" in line and line.endswith("this one wins whole (atomic)")
+    )
+    # An empty older policy still wins, and the newer one applies nothing.
+    store = store_of(vendor_crds("envoy-gateway"), CLUSTER, btp("older", "HTTPRoute/r", ""))
+    line = conflict_line(store, newer, T2)
+    assert line is not None and line.endswith("and wins whole (atomic)")
+
+
+def test_kuadrant_an_override_at_the_same_rung_leaves_an_atomic_default_nothing() -> None:
+    """Kuadrant's stanzas are atomic unless they say `strategy: merge` (docs/decisions.md): an
+    atomic override leaves everything below it unset, and an atomic default applies only where
+    nothing is claimed yet — so an override at the default's rung takes it whole, whatever
+    their fields. Both stanzas merging, each keeps its own fields, and nothing conflicts."""
+    override = rlp("o", "Gateway/gw", "overrides: {limits: {b: {rates: [{limit: 2, window: 1m}]}}}")
+    store = store_of(vendor_crds("kuadrant"), CLUSTER, override)
+    default = rlp("d", "Gateway/gw", "defaults: {limits: {a: {rates: [{limit: 1, window: 1m}]}}}")
+    line = conflict_line(store, default, T2)
+    assert line is not None and "infra/o" in line and line.endswith("and wins whole (atomic)")
+    merging = store_of(
+        vendor_crds("kuadrant"),
+        CLUSTER,
+        override.replace("overrides: {", "overrides: {strategy: merge, "),
+    )
+    both = default.replace("defaults: {", "defaults: {strategy: merge, ")
+    assert conflict_line(merging, both, T2) is None
+
+
+def test_patch_kinds_still_conflict_on_the_fields_they_share_only() -> None:
+    store = store_of(CRDS, CLUSTER, retry("older", "HTTPRoute/r", "default: {maxRetries: 2}"))
+    newer = retry("newer", "HTTPRoute/r", "default: {maxRetries: 5, retryOn: ['503']}")
+    line = conflict_line(store, newer, T2)
+    assert line is not None and line.endswith("and wins on maxRetries")
+    assert (
+        conflict_line(store, retry("other", "HTTPRoute/r", "default: {retryOn: ['503']}"), T2)
+        is None
+    )

@@ -172,6 +172,22 @@ def signature_answer(
     return rules.board_of(signature, signature, object_leaves(rules.profile, obj), key.display())
 
 
+def losses_at_one_rung(a: Policy, b: Policy, rung: Rung, view: ClusterView) -> list[Loser]:
+    """What each of two policies of one Inherited kind, both attached at `rung`, loses to the
+    other there — by the kind's own rules: stanza order, SPEC §4.4's tie-break, merge
+    strategies (an atomic stanza loses whole). PA-C01's answer. The object's own values and
+    every other rung are left out: the two policies alone on one board."""
+    rules = _KindRules(view.profile(a.key.group_kind), _Evaluation.of(view, with_losers=True))
+    level = sorted((a, b), key=lambda p: p.order_key)
+    done = rules._inherited_board((rung,), [(rung, level)], {}, rung.display())
+    pair = {a.ref, b.ref}
+    return [
+        loser
+        for loser in done.losers
+        if loser.by is not None and loser.by.policy in pair and loser.by.policy != loser.policy
+    ]
+
+
 def hub_blocked(key: ObjectKey, view: ClusterView, gks: Iterable[GroupKind]) -> bool:
     """Whether the object's answer for some kind depends on all its contexts at once, so that
     it cannot be made part by part: a kind of unknown class among `gks` (those its parts meet)

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.engine import effective, hierarchy
-from webhook.core.engine.board import tie_why
+from webhook.core.engine.board import WHOLE, tie_why
 from webhook.core.engine.effective import KindResult
+from webhook.core.engine.hierarchy import Rung
 from webhook.core.engine.stanzas import stanza_schema
 from webhook.core.model import kinds, leaves
 from webhook.core.model.policy import Policy, read_policy
@@ -176,9 +177,7 @@ def _conflicts(policy: Policy, view: ClusterView) -> Iterable[Finding]:
             message = (
                 _direct_conflict(policy, other, where)
                 if policy.policy_class == "Direct"
-                else _inherited_conflict(
-                    policy, other, where, view.profile(policy.key.group_kind).spec_schema
-                )
+                else _inherited_conflict(policy, other, where, Rung(target, section), view)
             )
             if message:
                 yield Finding("PA-C01", field_of.get((target, section), selector_field), message)
@@ -197,28 +196,24 @@ def _direct_conflict(policy: Policy, other: Policy, where: str) -> str:
 
 
 def _inherited_conflict(
-    policy: Policy, other: Policy, where: str, schema: leaves.Schema
+    policy: Policy, other: Policy, where: str, rung: Rung, view: ClusterView
 ) -> str | None:
-    """Fields both set at the same rung; the override beats the default, else §4.4 order."""
-    lost: list[str] = []
-    won: list[str] = []
-    for stanza in ("override", "default"):
-        mine = leaves.leaves(getattr(policy, stanza) or {}, stanza_schema(schema, stanza))
-        for other_stanza in ("override", "default"):
-            theirs = leaves.leaves(
-                getattr(other, other_stanza) or {}, stanza_schema(schema, other_stanza)
-            )
-            for path in sorted(mine.keys() & theirs.keys(), key=leaves.top_fields):
-                if stanza != other_stanza:
-                    (won if stanza == "override" else lost).append(leaves.top_fields(path))
-                else:
-                    (lost if _wins(other, policy) else won).append(leaves.top_fields(path))
+    """What either policy loses to the other at the rung both target, as the engine decides it
+    (`effective.losses_at_one_rung`): the fields where they meet — or everything, where an
+    atomic stanza is replaced whole (Envoy Gateway's and Kuadrant's kinds: the one that loses
+    applies nothing there, however different their fields)."""
+    losses = effective.losses_at_one_rung(policy, other, rung, view)
+    lost = {loser.field for loser in losses if loser.policy == policy.ref}
+    won = {loser.field for loser in losses if loser.policy == other.ref}
+    kind = policy.key.kind
+    if WHOLE in lost:
+        return f"{kind} {other.ref} also targets {where} and wins whole (atomic)"
     if lost:
-        fields = ", ".join(sorted(set(lost)))
-        return f"{policy.key.kind} {other.ref} also targets {where} and wins on {fields}"
+        return f"{kind} {other.ref} also targets {where} and wins on {', '.join(sorted(lost))}"
+    if WHOLE in won:
+        return f"{kind} {other.ref} also targets {where}; this one wins whole (atomic)"
     if won:
-        fields = ", ".join(sorted(set(won)))
-        return f"{policy.key.kind} {other.ref} also targets {where}; this one wins on {fields}"
+        return f"{kind} {other.ref} also targets {where}; this one wins on {', '.join(sorted(won))}"
     return None
 
 
