@@ -535,3 +535,29 @@ def test_patch_kinds_still_conflict_on_the_fields_they_share_only() -> None:
         conflict_line(store, retry("other", "HTTPRoute/r", "default: {retryOn: ['503']}"), T2)
         is None
     )
+
+
+def findings_of(store: Store, text: str, created: str, rule: str) -> list[tuple[str, str]]:
+    """(field, message) of each `rule` finding of `text`'s policy, created at `created`."""
+    (obj,) = docs(text)
+    obj["metadata"]["creationTimestamp"] = created
+    gk = GroupKind(obj["apiVersion"].split("/")[0], obj["kind"])
+    verdict = admission.check_policy(obj, gk, view=store, settings=Settings())
+    return [
+        (j.finding.field, j.finding.message) for j in verdict.judged if j.finding.rule_id == rule
+    ]
+
+
+def test_kuadrant_a_default_an_atomic_override_replaces_is_named_where_it_is_written() -> None:
+    """PA-C02 and PA-C03 name the stanza as the policy spells it: Kuadrant's `overrides`, and
+    for limits in the spec proper (an implicit default) `spec` itself — not `spec.default.*`."""
+    gateway_override = rlp(
+        "gw", "Gateway/gw", "overrides: {limits: {global: {rates: [{limit: 100, window: 1m}]}}}"
+    )
+    route_limits = rlp("rt", "HTTPRoute/r", "limits: {route: {rates: [{limit: 5, window: 1m}]}}")
+    store = store_of(vendor_crds("kuadrant"), CLUSTER, gateway_override)
+    ((where, message),) = findings_of(store, route_limits, T2, "PA-C02")
+    assert where == "spec" and "replaced whole by infra/gw's atomic override" in message
+    store = store_of(vendor_crds("kuadrant"), CLUSTER, route_limits)
+    ((where, message),) = findings_of(store, gateway_override, T0, "PA-C03")
+    assert where == "spec.overrides" and "apps/rt" in message

@@ -24,7 +24,14 @@ from webhook.core.engine.effective import KindResult
 from webhook.core.engine.hierarchy import Rung
 from webhook.core.engine.stanzas import stanza_schema
 from webhook.core.model import kinds, leaves
-from webhook.core.model.policy import Policy, read_policy
+from webhook.core.model.policy import (
+    WRAPPER_KEYS,
+    Policy,
+    Stanza,
+    read_policy,
+    spec_of,
+    wrappers_in,
+)
 from webhook.core.model.profiles import KindProfile
 from webhook.core.model.refs import GroupKind, ObjectKey, key_of
 from webhook.core.model.settings import Settings
@@ -87,9 +94,21 @@ def _standing(
     """PA-C01, and for an Inherited kind PA-C02 and PA-C03, of `policy` as `view` holds it."""
     findings = list(_conflicts(policy, view))
     if policy.policy_class == "Inherited":
-        findings += _dead_defaults(policy, results)
-        findings += _beaten_by_override(policy, results)
+        findings += _dead_defaults(policy, results, _stanza_field(policy, "default", view))
+        findings += _beaten_by_override(policy, results, _stanza_field(policy, "override", view))
     return findings
+
+
+def _stanza_field(policy: Policy, stanza: Stanza, view: ClusterView) -> str:
+    """Where the policy writes a stanza, as spelled: `spec.defaults` for Kuadrant, `spec` for
+    settings in the spec proper (an implicit default: Envoy Gateway's, Kuadrant's `limits`)."""
+    obj = view.get(policy.key)
+    spec = spec_of(obj) if obj is not None else None
+    if spec is not None:
+        for key in wrappers_in(spec, view.profile(policy.key.group_kind)):
+            if WRAPPER_KEYS[key][0] == stanza:
+                return f"spec.{key}"
+    return "spec" if stanza == "default" and policy.settings_in_spec else f"spec.{stanza}"
 
 
 def delete_findings(
@@ -221,9 +240,11 @@ def _inherited_conflict(
 
 
 def _dead_defaults(
-    policy: Policy, results: Mapping[ObjectKey, KindResult | None]
+    policy: Policy, results: Mapping[ObjectKey, KindResult | None], where: str
 ) -> Iterable[Finding]:
-    """Default fields that an override beats in EVERY context this policy's default reaches.
+    """Default fields that an override beats in EVERY context this policy's default reaches —
+    or the whole default, where an atomic override replaces it (field `*`, named as `where`,
+    the stanza as written).
 
     Read per group of contexts (those sharing one answer), each counting for its contexts.
     """
@@ -255,15 +276,22 @@ def _dead_defaults(
             )
     for name in sorted(beaten or {}):
         by = ", ".join(sorted((beaten or {})[name]))
-        yield Finding(
-            "PA-C02",
-            f"spec.default.{name}",
-            f"can never take effect: overridden by {by} in all {reached} contexts",
-        )
+        if name == WHOLE:
+            yield Finding(
+                "PA-C02",
+                where,
+                f"can never take effect: replaced whole by {by}'s atomic override in all {reached} contexts",
+            )
+        else:
+            yield Finding(
+                "PA-C02",
+                f"{where}.{name}",
+                f"can never take effect: overridden by {by} in all {reached} contexts",
+            )
 
 
 def _beaten_by_override(
-    policy: Policy, results: Mapping[ObjectKey, KindResult | None]
+    policy: Policy, results: Mapping[ObjectKey, KindResult | None], where: str
 ) -> Iterable[Finding]:
     beaten: set[str] = set()
     for result in results.values():
@@ -294,7 +322,7 @@ def _beaten_by_override(
         )
         yield Finding(
             "PA-C03",
-            "spec.override",
+            where,
             f"beats {len(names)} more specific {_plural(len(names), 'policy', 'policies')}: {shown}",
         )
 
