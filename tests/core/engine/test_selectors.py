@@ -329,6 +329,17 @@ def btp_value(store: Store) -> object:
     return next(iter(found.values())) if found else None
 
 
+def findings_of(store: Store, text: str, created: str, rule: str) -> list[tuple[str, str]]:
+    """(field, message) of each `rule` finding of `text`'s policy, created at `created`."""
+    (obj,) = docs(text)
+    obj["metadata"]["creationTimestamp"] = created
+    gk = GroupKind(obj["apiVersion"].split("/")[0], obj["kind"])
+    verdict = admission.check_policy(obj, gk, view=store, settings=Settings())
+    return [
+        (j.finding.field, j.finding.message) for j in verdict.judged if j.finding.rule_id == rule
+    ]
+
+
 def test_envoy_gateway_the_more_specific_policy_replaces_the_gateways_whole() -> None:
     store = store_of(
         vendor_crds("envoy-gateway"),
@@ -390,6 +401,22 @@ def test_envoy_gateway_an_empty_route_policy_replaces_the_gateways_whole(body: s
         btp("rt", "HTTPRoute/r", "retry: {numRetries: 5}"),
     )
     assert btp_value(above) == {"retry": {"numRetries": 5}}
+
+
+def test_envoy_gateway_an_empty_route_policy_s_impact_preview_unsets_the_gateway_s_values() -> None:
+    """PA-C04 (SPEC §2.3) shows what the empty policy does to its route: each of the Gateway
+    policy's values goes to unset there."""
+    store = store_of(vendor_crds("envoy-gateway"), CLUSTER, GATEWAY_BTP)
+    lines = [
+        message for _, message in findings_of(store, btp("rt", "HTTPRoute/r", ""), T1, "PA-C04")
+    ]
+    assert any(
+        line.startswith("changes retry.numRetries on") and "r 3→unset" in line for line in lines
+    ), lines
+    assert any(
+        line.startswith("changes timeout.http.requestTimeout on") and "10s→unset" in line
+        for line in lines
+    ), lines
 
 
 def test_envoy_gateway_an_empty_route_policy_with_merge_type_changes_nothing() -> None:
@@ -474,12 +501,12 @@ def test_kuadrant_merge_defaults_fill_what_the_route_leaves() -> None:
 
 
 def conflict_line(store: Store, text: str, created: str) -> str | None:
-    """The PA-C01 warning of `text`'s policy, admitted as created at `created`, if any."""
-    (obj,) = docs(text)
-    obj["metadata"]["creationTimestamp"] = created
-    gk = GroupKind(obj["apiVersion"].split("/")[0], obj["kind"])
-    verdict = admission.check_policy(obj, gk, view=store, settings=Settings())
-    found = [w for w in verdict.warning_lines() if w.startswith("[PA-C01]")]
+    """The PA-C01 warning of `text`'s policy, admitted as created at `created`, as a warning
+    line (rule ID and field first), if any."""
+    found = [
+        f"[PA-C01] {where}: {message}"
+        for where, message in findings_of(store, text, created, "PA-C01")
+    ]
     assert len(found) <= 1, found
     return found[0] if found else None
 
@@ -496,6 +523,7 @@ def test_envoy_gateway_a_second_policy_on_the_same_route_loses_whole_whatever_it
     store = store_of(vendor_crds("envoy-gateway"), CLUSTER, older)
     line = conflict_line(store, newer, T2)
     assert line is not None and "apps/older" in line and line.endswith("and wins whole (atomic)")
+    assert len(line) <= 120  # SPEC §2.5
     store = store_of(vendor_crds("envoy-gateway"), CLUSTER, newer.replace(T0, T2))
     line = conflict_line(store, older, T0)
     assert (
@@ -537,17 +565,6 @@ def test_patch_kinds_still_conflict_on_the_fields_they_share_only() -> None:
     )
 
 
-def findings_of(store: Store, text: str, created: str, rule: str) -> list[tuple[str, str]]:
-    """(field, message) of each `rule` finding of `text`'s policy, created at `created`."""
-    (obj,) = docs(text)
-    obj["metadata"]["creationTimestamp"] = created
-    gk = GroupKind(obj["apiVersion"].split("/")[0], obj["kind"])
-    verdict = admission.check_policy(obj, gk, view=store, settings=Settings())
-    return [
-        (j.finding.field, j.finding.message) for j in verdict.judged if j.finding.rule_id == rule
-    ]
-
-
 def test_kuadrant_a_default_an_atomic_override_replaces_is_named_where_it_is_written() -> None:
     """PA-C02 and PA-C03 name the stanza as the policy spells it: Kuadrant's `overrides`, and
     for limits in the spec proper (an implicit default) `spec` itself — not `spec.default.*`."""
@@ -558,6 +575,7 @@ def test_kuadrant_a_default_an_atomic_override_replaces_is_named_where_it_is_wri
     store = store_of(vendor_crds("kuadrant"), CLUSTER, gateway_override)
     ((where, message),) = findings_of(store, route_limits, T2, "PA-C02")
     assert where == "spec" and "replaced whole by infra/gw's atomic override" in message
+    assert len(f"[PA-C02] {where}: {message}") <= 120  # SPEC §2.5
     store = store_of(vendor_crds("kuadrant"), CLUSTER, route_limits)
     ((where, message),) = findings_of(store, gateway_override, T0, "PA-C03")
     assert where == "spec.overrides" and "apps/rt" in message

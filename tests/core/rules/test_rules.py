@@ -202,6 +202,7 @@ def test_wrapper_spelling_the_operator_config_sets_is_denied() -> None:
 VENDOR_CRDS = REALWORLD / "crds"
 KUADRANT_LIKE = (VENDOR_CRDS / "kuadrant.yaml").read_text(encoding="utf-8")
 NGF_LIKE = (VENDOR_CRDS / "nginx-gateway-fabric.yaml").read_text(encoding="utf-8")
+EG_LIKE = (VENDOR_CRDS / "envoy-gateway.yaml").read_text(encoding="utf-8")
 
 
 def rate_limit(spec: str) -> str:
@@ -634,7 +635,6 @@ def test_an_operator_may_deny_what_pa_s16_warns_about() -> None:
     assert fired(verdict)["PA-S16"] == ["spec.when"] and not verdict.allowed
 
 
-EG_LIKE = (VENDOR_CRDS / "envoy-gateway.yaml").read_text(encoding="utf-8")
 GATEWAY_REF = "  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n"
 
 

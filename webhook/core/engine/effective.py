@@ -432,7 +432,7 @@ class _KindRules:
                 continue
             for path, value in found.items():
                 board.offer(path, value, claim)
-            if self._strategy(claim, "override") == "atomic":
+            if self._strategy(claim.policy, "override") == "atomic":
                 replaced_by = claim
         if replaced_by is not None:
             for claim, _ in offers["default"]:
@@ -446,7 +446,7 @@ class _KindRules:
         open_below = not board.won
         closed_by: Claim | None = None  # the default that closed it, when it set nothing
         for claim, found in offers["default"]:  # §5.2c: target first
-            if self._strategy(claim, "default") == "atomic" and not open_below:
+            if self._strategy(claim.policy, "default") == "atomic" and not open_below:
                 _skip(board, claim, _first_claim(board) or closed_by, "atomic: skipped whole")
                 continue
             for path, value in found.items():
@@ -482,15 +482,12 @@ class _KindRules:
         nothing of the less specific ones applies — as Envoy Gateway applies an empty policy
         on a route below a Gateway's (docs/decisions.md). An empty explicit stanza is unset
         (§5.4), and an empty policy that merges onto less specific ones changes nothing."""
-        if not policy.settings_in_spec:
-            return False
-        own = policy.strategy("default")
-        return (own or self.profile.merge) == "atomic"
+        return policy.settings_in_spec and self._strategy(policy, "default") == "atomic"
 
-    def _strategy(self, claim: Claim, stanza: Stanza) -> str:
+    def _strategy(self, policy: Policy | None, stanza: Stanza) -> str:
         """The stanza's own merge selector (SPEC §1.7), else the kind's strategy."""
-        assert claim.policy is not None
-        own = claim.policy.strategy(stanza)
+        assert policy is not None  # a stanza's claim always names its policy
+        own = policy.strategy(stanza)
         if own is not None:
             return own
         return "atomic" if self.profile.merge == "atomic" else "merge"

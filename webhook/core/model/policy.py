@@ -166,6 +166,14 @@ def spec_proper_of(spec: Mapping[str, Any], profile: KindProfile) -> dict[str, A
     }
 
 
+def merges_onto_less_specific(spec: Mapping[str, Any], profile: KindProfile) -> bool:
+    """Whether the policy sets the kind's spec-level merge selector (Envoy Gateway's
+    `mergeType`, any value): it then merges onto less specific policies field by field
+    instead of replacing them whole (SPEC §1.7)."""
+    selector = profile.spec_selector
+    return selector is not None and spec.get(selector) not in (None, "")
+
+
 def stanza_selector_of(profile: KindProfile) -> str:
     return profile.stanza_selector or STANZA_SELECTOR
 
@@ -291,7 +299,6 @@ def read_policy(obj: Mapping[str, Any], profile: KindProfile) -> Policy | None:
         for path, raw in raw_target_selectors(spec)
         if (selector := read_target_selector(path, raw)) is not None
     )
-    spec_selector = profile.spec_selector
     return Policy(
         key=key,
         created=meta.created(obj),
@@ -303,7 +310,6 @@ def read_policy(obj: Mapping[str, Any], profile: KindProfile) -> Policy | None:
         selectors=selectors,
         default_strategy=strategies["default"],
         override_strategy=strategies["override"],
-        merges_onto_less_specific=spec_selector is not None
-        and spec.get(spec_selector) not in (None, ""),
+        merges_onto_less_specific=merges_onto_less_specific(spec, profile),
         settings_in_spec=policy_class == "Inherited" and not wrappers,
     )

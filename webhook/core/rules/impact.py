@@ -94,14 +94,15 @@ def _standing(
     """PA-C01, and for an Inherited kind PA-C02 and PA-C03, of `policy` as `view` holds it."""
     findings = list(_conflicts(policy, view))
     if policy.policy_class == "Inherited":
-        findings += _dead_defaults(policy, results, _stanza_field(policy, "default", view))
-        findings += _beaten_by_override(policy, results, _stanza_field(policy, "override", view))
+        findings += _dead_defaults(policy, results, view)
+        findings += _beaten_by_override(policy, results, view)
     return findings
 
 
 def _stanza_field(policy: Policy, stanza: Stanza, view: ClusterView) -> str:
     """Where the policy writes a stanza, as spelled: `spec.defaults` for Kuadrant, `spec` for
-    settings in the spec proper (an implicit default: Envoy Gateway's, Kuadrant's `limits`)."""
+    settings in the spec proper (an implicit default: Envoy Gateway's, Kuadrant's `limits`).
+    Read from the object only for a finding that names it: most reviews have none."""
     obj = view.get(policy.key)
     spec = spec_of(obj) if obj is not None else None
     if spec is not None:
@@ -240,11 +241,11 @@ def _inherited_conflict(
 
 
 def _dead_defaults(
-    policy: Policy, results: Mapping[ObjectKey, KindResult | None], where: str
+    policy: Policy, results: Mapping[ObjectKey, KindResult | None], view: ClusterView
 ) -> Iterable[Finding]:
     """Default fields that an override beats in EVERY context this policy's default reaches —
-    or the whole default, where an atomic override replaces it (field `*`, named as `where`,
-    the stanza as written).
+    or the whole default, where an atomic override replaces it (field `*`, named as the
+    stanza is written).
 
     Read per group of contexts (those sharing one answer), each counting for its contexts.
     """
@@ -276,6 +277,7 @@ def _dead_defaults(
             )
     for name in sorted(beaten or {}):
         by = ", ".join(sorted((beaten or {})[name]))
+        where = _stanza_field(policy, "default", view)
         if name == WHOLE:
             yield Finding(
                 "PA-C02",
@@ -291,7 +293,7 @@ def _dead_defaults(
 
 
 def _beaten_by_override(
-    policy: Policy, results: Mapping[ObjectKey, KindResult | None], where: str
+    policy: Policy, results: Mapping[ObjectKey, KindResult | None], view: ClusterView
 ) -> Iterable[Finding]:
     beaten: set[str] = set()
     for result in results.values():
@@ -322,7 +324,7 @@ def _beaten_by_override(
         )
         yield Finding(
             "PA-C03",
-            where,
+            _stanza_field(policy, "override", view),
             f"beats {len(names)} more specific {_plural(len(names), 'policy', 'policies')}: {shown}",
         )
 

@@ -16,6 +16,7 @@ from webhook.core.model.policy import (
     SELECTORS_KEY,
     STRATEGIES,
     WRAPPER_KEYS,
+    merges_onto_less_specific,
     raw_target_refs,
     raw_target_selectors,
     spec_proper_of,
@@ -313,11 +314,7 @@ def _empty_accepted(spec: Mapping[str, Any], profile: KindProfile) -> str:
     atomic merge the most specific policy replaces the less specific ones whole, an empty one
     too (Envoy Gateway's translator tests: the route gets none of the Gateway policy's
     settings); one that merges onto them (`mergeType`, a `patch` kind) adds nothing."""
-    selector = profile.spec_selector
-    merges = profile.merge != "atomic" or (
-        selector is not None and spec.get(selector) not in (None, "")
-    )
-    if merges:
+    if profile.merge != "atomic" or merges_onto_less_specific(spec, profile):
         return "sets nothing: it changes nothing where it applies"
     return "sets nothing, and replaces less specific policies whole: its targets get none of their settings"
 
@@ -343,12 +340,13 @@ def _stanza_content(
     all_objects = all(isinstance(v, Mapping) for v in present.values())  # else PA-S08 said it
     if all_objects and nothing_in_stanzas and not (not present and _sets_something(proper)):
         where = f"spec.{next(iter(present))}" if present else "spec"
-        only_selectors = any(
-            isinstance(v, Mapping) and stanza_selector_of(profile) in v for v in present.values()
-        )
         if profile.settings_optional:
             findings.append(Finding("PA-S17", where, _empty_accepted(spec, profile)))
         else:
+            only_selectors = any(
+                isinstance(v, Mapping) and stanza_selector_of(profile) in v
+                for v in present.values()
+            )
             what = (
                 "holds only a merge selector; an Inherited policy must set at least one field"
                 if only_selectors
