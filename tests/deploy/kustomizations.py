@@ -30,6 +30,7 @@ VENDOR_COMPONENTS = {
     "kuadrant": "kuadrant.io",
     "nginx-gateway-fabric": "gateway.nginx.org",
     "kgateway": "gateway.kgateway.dev",
+    "linkerd": "policy.linkerd.io",
 }
 # Components that need more than the manifests: one value (policy-group), or a server newer
 # than 1.20 (match-conditions).

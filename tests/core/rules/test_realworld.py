@@ -29,7 +29,14 @@ from webhook.shell.cli import main as cli
 from webhook.shell.cli.manifests import load_store
 
 CASES: list[dict[str, Any]] = yaml.safe_load((REALWORLD / "cases.yaml").read_text(encoding="utf-8"))
-VENDORS = ("gateway-api", "envoy-gateway", "kuadrant", "nginx-gateway-fabric", "kgateway")
+VENDORS = (
+    "gateway-api",
+    "envoy-gateway",
+    "kuadrant",
+    "nginx-gateway-fabric",
+    "kgateway",
+    "linkerd",
+)
 
 
 def state_paths() -> list[str]:
@@ -67,6 +74,7 @@ GROUPS = {
     "kuadrant.io": "kuadrant",
     "gateway.nginx.org": "nginx-gateway-fabric",
     "gateway.kgateway.dev": "kgateway",
+    "policy.linkerd.io": "linkerd",
 }
 
 

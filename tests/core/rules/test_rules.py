@@ -771,6 +771,86 @@ def test_without_the_crd_the_catalog_s_limit_applies_else_gep_713_s(
     assert ("PA-S03" in fired(verdict)) is denied
 
 
+REF_SCHEMA = (
+    "{{type: array, items: {{type: object, required: [{required}],"
+    " properties: {{group: {{type: string}}, kind: {{type: string}}, name: {{type: string}}}}}}}}"
+)
+
+
+@pytest.mark.parametrize(
+    ("schema", "denied"),
+    [
+        (REF_SCHEMA.format(required="group, kind, name"), True),
+        (REF_SCHEMA.format(required="kind, name"), False),
+        ("{type: array, items: {type: object}}", True),
+    ],
+    ids=["crd-requires-group", "crd-lets-group-out", "crd-says-nothing-of-refs"],
+)
+def test_a_ref_without_group_is_pa_s04_where_the_installed_crd_requires_one(
+    schema: str, denied: bool
+) -> None:
+    """The API server refuses a ref without `group` exactly when the ref's schema requires it,
+    before any validating webhook runs; where the CRD lets it out (Linkerd's), PA-S04 has
+    nothing to say and the ref is read as the core group: here the target rules judge it as a
+    Namespace, this one's own. A CRD that does not describe the ref's fields leaves it to the
+    catalog, then GEP-713 (required)."""
+    store = store_of(crds_with_retry_target_refs(schema), CLUSTER)
+    verdict = admit(
+        store, retry("  targetRefs: [{kind: Namespace, name: apps}]\n  default: {maxRetries: 1}")
+    )
+    if denied:
+        assert fired(verdict)["PA-S04"] == ["spec.targetRefs[0].group"] and not verdict.allowed
+    else:
+        assert verdict.allowed and "PA-S04" not in fired(verdict), fired(verdict)
+        other = retry("  targetRefs: [{kind: Namespace, name: infra}]\n  default: {maxRetries: 1}")
+        assert fired(admit(store, other)).get("PA-T04") == ["spec.targetRefs[0].name"]
+
+
+LINKERD_NAMESPACE_POLICY = """
+apiVersion: policy.linkerd.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {name: p, namespace: apps}
+spec:
+  targetRef: {kind: Namespace, name: apps}
+  requiredAuthenticationRefs: [{name: web, kind: ServiceAccount}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("api_version", "denied"),
+    [("policy.linkerd.io/v1alpha1", False), ("policies.example.com/v1alpha1", True)],
+    ids=["linkerd-catalog", "unknown-kind"],
+)
+def test_without_the_crd_the_catalog_says_whether_a_ref_may_leave_out_its_group(
+    api_version: str, denied: bool
+) -> None:
+    """`check` without CRDs: Linkerd's AuthorizationPolicy lets `group` out (catalog, as its
+    reference publishes a Namespace target without one); a kind nobody describes keeps
+    GEP-713's required group."""
+    text = LINKERD_NAMESPACE_POLICY.replace("policy.linkerd.io/v1alpha1", api_version)
+    verdict = admit(store_of(CLUSTER), text)
+    assert ("PA-S04" in fired(verdict)) is denied
+    assert verdict.allowed is not denied
+
+
+def test_linkerd_s_overrides_list_is_a_setting_not_a_stanza() -> None:
+    """Linkerd's HTTPLocalRateLimitPolicy spells its per-client limits `overrides`, a list: read
+    as a GEP-713 wrapper it would be PA-S08 and PA-S09 (DENY) for a policy Linkerd publishes."""
+    text = """
+apiVersion: policy.linkerd.io/v1alpha1
+kind: HTTPLocalRateLimitPolicy
+metadata: {name: web-rl, namespace: apps}
+spec:
+  targetRef: {group: policy.linkerd.io, kind: Server, name: web-http}
+  total: {requestsPerSecond: 100}
+  overrides:
+  - requestsPerSecond: 25
+    clientRefs: [{kind: ServiceAccount, namespace: apps, name: special-client}]
+"""
+    verdict = admit(store_of(CLUSTER), text)
+    assert verdict.allowed and not fired(verdict), fired(verdict)
+
+
 def test_a_security_policy_listing_thousands_of_cidrs_is_not_denied() -> None:
     """Envoy Gateway's `clientCIDRs` has no `maxItems`, and allow- or deny-lists of cloud or
     country ranges run to thousands: a list of strings is one leaf to every rule, so such a

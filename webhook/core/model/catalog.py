@@ -20,6 +20,7 @@ from webhook.core.model.kinds import (
     GRPC_ROUTE,
     HTTP_ROUTE,
     LISTENER_SET,
+    NAMESPACE,
     SERVICE,
     TCP_ROUTE,
     TLS_ROUTE,
@@ -77,6 +78,11 @@ class CatalogEntry:
     # atomic merge, an empty policy on a route replaces the Gateway's whole, so the route gets
     # none of its settings (its translator tests). Such a policy is PA-S17 (WARN), not PA-S10.
     settings_optional: bool = False
+    # The vendor's schema lets a target ref leave out `group`, and reads it as the core group
+    # then: Linkerd's kinds (`required: [kind, name]`; its AuthorizationPolicy reference says
+    # to omit the group of a Namespace target, and its docs do). PA-S04 reads the installed
+    # CRD's `required` first, this when the CRD is not at hand (`check` without CRDs).
+    target_group_optional: bool = False
 
 
 # Gateway API kinds that policies attach to, in the bundles the vendors' CEL rules name.
@@ -96,6 +102,10 @@ KGATEWAY_BACKEND = GroupKind("gateway.kgateway.dev", "Backend")
 SERVICE_IMPORT = GroupKind("multicluster.x-k8s.io", "ServiceImport")
 ISTIO_HOSTNAME = GroupKind("networking.istio.io", "Hostname")
 
+LINKERD_GROUP = "policy.linkerd.io"
+LINKERD_SERVER = GroupKind(LINKERD_GROUP, "Server")
+LINKERD_HTTP_ROUTE = GroupKind(LINKERD_GROUP, "HTTPRoute")
+
 ENVOY_GATEWAY_GROUP = "gateway.envoyproxy.io"
 KUADRANT_GROUP = "kuadrant.io"
 NGINX_GROUP = "gateway.nginx.org"
@@ -111,6 +121,10 @@ _NGINX = "nginx/nginx-gateway-fabric v2.6.7 config/crd/bases/gateway.nginx.org_{
 _KGATEWAY = (
     "kgateway-dev/kgateway api/v1alpha1/kgateway/{} (main 2026, as released in v2.2-v2.4; "
     "CRDs in install/helm/kgateway-crds/templates/; label Direct)"
+)
+_LINKERD = (
+    "linkerd/linkerd2 edge-26.8.3 charts/linkerd-crds/templates/policy/{} (no policy label; "
+    "targets from policy-controller/k8s/index/src/inbound/{})"
 )
 
 
@@ -337,6 +351,25 @@ CATALOG: tuple[CatalogEntry, ...] = (
     ),
     # Deprecated in v2.2 for ListenerPolicy's `default.httpSettings`; gone after v2.4.
     _kgateway("HTTPListenerPolicy", "http_listener_policy_types.go", ONLY_GATEWAY),
+    # Linkerd (a service mesh, GAMMA): `targetRef` (singular) whose `group` may be left out,
+    # read as the core group. Its policies attach to its own Servers and routes, which this
+    # webhook does not watch, and to a Namespace or Gateway API routes, which it does.
+    CatalogEntry(
+        GroupKind(LINKERD_GROUP, "AuthorizationPolicy"),
+        "Direct",
+        frozenset({LINKERD_SERVER, LINKERD_HTTP_ROUTE, HTTP_ROUTE, GRPC_ROUTE, NAMESPACE}),
+        source=_LINKERD.format("authorization-policy.yaml", "authorization_policy.rs"),
+        target_group_optional=True,
+    ),
+    # `overrides` is its own setting, a list of per-client limits, not a GEP-713 stanza.
+    CatalogEntry(
+        GroupKind(LINKERD_GROUP, "HTTPLocalRateLimitPolicy"),
+        "Direct",
+        frozenset({LINKERD_SERVER}),
+        source=_LINKERD.format("http-local-ratelimit-policy.yaml", "ratelimit_policy.rs"),
+        setting_keys=frozenset({"overrides"}),
+        target_group_optional=True,
+    ),
 )
 
 BY_KIND: Mapping[GroupKind, CatalogEntry] = {entry.group_kind: entry for entry in CATALOG}
@@ -360,6 +393,9 @@ def catalog_markdown() -> str:
         )
         if entry.settings_optional and entry.policy_class == "Inherited":
             stanzas += "; may set nothing (PA-S17)"
+        stanzas += "".join(f"; `{name}` is a setting" for name in sorted(entry.setting_keys))
+        if entry.target_group_optional:
+            targets += "; a ref may leave out `group` (the core group)"
         lines.append(
             f"| `{entry.group_kind}`{scope} | {entry.policy_class} | {targets} | "
             f"{stanzas} | {entry.merge} | {selectors} | {entry.source} |"

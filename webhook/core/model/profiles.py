@@ -72,6 +72,9 @@ class KindProfile:
     ignored_beside_stanzas: frozenset[str] = frozenset()
     # The vendor accepts a policy that sets nothing (catalog, see there): PA-S17, not PA-S10.
     settings_optional: bool = False
+    # The vendor's schema lets a target ref leave out `group` (catalog, see there): read when
+    # the CRD is not at hand.
+    target_group_optional: bool = False
     exclusive_stanzas: bool = False
     overrides_forbidden_on: frozenset[GroupKind] = frozenset()
     cross_namespace: CrossNamespace = "referencegrant"
@@ -97,6 +100,25 @@ class KindProfile:
             limit = refs.get("maxItems")
             return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
         return self.max_target_refs
+
+    def target_group_required(self, field: str) -> bool:
+        """Whether a ref in `field` (`targetRef` or `targetRefs`) must name its `group`
+        (PA-S04).
+
+        The installed CRD decides when its schema describes that ref: the API server refuses a
+        ref without `group` exactly when the ref's schema requires it — and checks that before
+        any validating webhook is called, so a policy that reaches this one without a `group`
+        comes from a CRD that lets it out. Without the CRD, the catalog's word, else GEP-713's
+        types (required).
+        """
+        properties = (self.spec_schema or {}).get("properties")
+        ref = properties.get(field) if isinstance(properties, Mapping) else None
+        if isinstance(ref, Mapping) and field == "targetRefs":
+            ref = ref.get("items")
+        if isinstance(ref, Mapping) and isinstance(ref.get("properties"), Mapping):
+            required = ref.get("required")
+            return isinstance(required, list) and "group" in required
+        return not self.target_group_optional
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +227,7 @@ def base_profile(gk: GroupKind, from_crd: KindProfile | None) -> KindProfile:
         target_optional=entry.target_optional,
         ignored_beside_stanzas=entry.ignored_beside_stanzas,
         settings_optional=entry.settings_optional,
+        target_group_optional=entry.target_group_optional,
         max_target_refs=entry.max_target_refs,
     )
 

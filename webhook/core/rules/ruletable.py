@@ -57,7 +57,7 @@ RULES: tuple[Rule, ...] = (
          "add at least one entry to `targetRefs`", "FieldValueRequired", "2.1"),
     Rule("PA-S03", "deny", "more `targetRefs` than the kind allows: its CRD's `maxItems`; without the CRD, the catalog's limit or GEP-713's 16",
          "split the policy into several policies within the limit the message names", "FieldValueTooMany", "2.1"),
-    Rule("PA-S04", "deny", "a target reference field breaks the Gateway API schema",
+    Rule("PA-S04", "deny", "a target reference field breaks the Gateway API schema (a missing `group` only where the kind's CRD, else the catalog, requires it)",
          "fix the field to the Gateway API format (group is a DNS subdomain, no version)", "FieldValueInvalid", "2.1"),
     Rule("PA-S05", "deny", "the same target is referenced twice without distinct `sectionName`s",
          "remove the duplicate or give each copy a different `sectionName`", "FieldValueDuplicate", "2.1"),

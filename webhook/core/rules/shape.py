@@ -40,7 +40,7 @@ def check(
     findings: list[Finding] = []
     findings += _target_fields(spec, profile)
     for path, raw in raw_target_refs(spec):
-        findings += _ref_schema(path, raw)
+        findings += _ref_schema(path, raw, group_required=requires_group(profile, path))
     for path, raw in raw_target_selectors(spec):
         findings += _selector_schema(path, raw)
     findings += _duplicates(spec)
@@ -81,9 +81,18 @@ def _target_fields(spec: Mapping[str, Any], profile: KindProfile) -> Iterator[Fi
         )
 
 
-def ref_is_well_formed(raw: object) -> bool:
+def ref_is_well_formed(raw: object, *, group_required: bool = True) -> bool:
     """True when PA-S04 has nothing to say about this ref, so target rules may judge it."""
-    return not any(True for _ in _ref_schema("", raw))
+    return not any(True for _ in _ref_schema("", raw, group_required=group_required))
+
+
+def requires_group(profile: KindProfile, path: str) -> bool:
+    """Whether the ref at `path` (`spec.targetRef`, `spec.targetRefs[i]`) must name its group:
+    the kind's schema says (`KindProfile.target_group_required`). Where it may be left out, it
+    is read as the core group, as those schemas say it is meant."""
+    return profile.target_group_required(
+        "targetRefs" if path.startswith("spec.targetRefs") else "targetRef"
+    )
 
 
 def ref_is_well_formed_selector(raw: object) -> bool:
@@ -91,13 +100,13 @@ def ref_is_well_formed_selector(raw: object) -> bool:
     return not any(True for _ in _selector_schema("", raw))
 
 
-def _ref_schema(path: str, raw: object) -> Iterator[Finding]:
+def _ref_schema(path: str, raw: object, *, group_required: bool) -> Iterator[Finding]:
     if not isinstance(raw, Mapping):
         yield Finding(
             "PA-S04", path, f"must be an object with group, kind and name, got {type(raw).__name__}"
         )
         return
-    for name in ("group", "kind", "name"):
+    for name in ("group", "kind", "name") if group_required else ("kind", "name"):
         if name not in raw:
             hint = _group_hint(raw.get("kind")) if name == "group" else ""
             yield Finding("PA-S04", f"{path}.{name}", f"is required{hint}")
