@@ -550,6 +550,42 @@ def test_a_catalog_kind_may_mix_every_target_kind_its_vendor_accepts(
     assert verdict.allowed
 
 
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
+        ("gateway.networking.k8s.io/v1", "BackendTLSPolicy"),
+        ("gateway.networking.x-k8s.io/v1alpha1", "XBackendTrafficPolicy"),
+    ],
+)
+def test_a_kind_whose_schema_restricts_no_target_kind_may_mix_any(
+    api_version: str, kind: str
+) -> None:
+    """Gateway API's backend policies leave backends to each implementation: a Service and a
+    kind the catalog has never heard of in one policy are accepted by its API server, so they
+    are no PA-T02 (DENY); the unknown kind is PA-T01 (WARN), as anywhere. An operator who
+    lists the kind's targets gets PA-T02 back."""
+    text = f"""
+apiVersion: {api_version}
+kind: {kind}
+metadata: {{name: p, namespace: apps}}
+spec:
+  targetRefs:
+  - {{group: '', kind: Service, name: foo}}
+  - {{group: backends.example.net, kind: MeshBackend, name: foo}}
+  validation: {{hostname: foo.example.com, wellKnownCACertificates: System}}
+"""
+    verdict = admit(store_of(CLUSTER), text)
+    assert verdict.allowed, fired(verdict)
+    assert "PA-T02" not in fired(verdict)
+    assert fired(verdict)["PA-T01"] == ["spec.targetRefs[1].kind"]
+    group = api_version.split("/")[0]
+    config = config_of(
+        f"kinds:\n- group: {group}\n  kind: {kind}\n"
+        "  targets: [{group: '', kind: Service}, {group: backends.example.net, kind: MeshBackend}]\n"
+    )
+    assert "PA-T02" in fired(admit(store_of(CLUSTER, config=config), text))
+
+
 def test_an_object_whose_target_reference_carries_an_api_version_is_no_policy() -> None:
     """A VerticalPodAutoscaler's targetRef names a Deployment by apiVersion and kind: `check`
     over a folder holding one must not judge it as a policy (and deny it, PA-S04)."""

@@ -83,6 +83,12 @@ class CatalogEntry:
     # to omit the group of a Namespace target, and its docs do). PA-S04 reads the installed
     # CRD's `required` first, this when the CRD is not at hand (`check` without CRDs).
     target_group_optional: bool = False
+    # The vendor's schema restricts no target kind, so one policy may name several kinds (no
+    # PA-T02, which SPEC §2.2 reads from GEP-713 for Direct kinds): Gateway API's
+    # BackendTLSPolicy and XBackendTrafficPolicy, whose CRDs leave backends to each
+    # implementation — agentgateway's translator applies one BackendTLSPolicy to an
+    # AgentgatewayBackend and a Service at once. A kind outside `targets` stays PA-T01 (WARN).
+    any_target_kinds: bool = False
 
 
 # Gateway API kinds that policies attach to, in the bundles the vendors' CEL rules name.
@@ -101,6 +107,8 @@ EG_BACKEND = GroupKind("gateway.envoyproxy.io", "Backend")
 KGATEWAY_BACKEND = GroupKind("gateway.kgateway.dev", "Backend")
 SERVICE_IMPORT = GroupKind("multicluster.x-k8s.io", "ServiceImport")
 ISTIO_HOSTNAME = GroupKind("networking.istio.io", "Hostname")
+AGENTGATEWAY_BACKEND = GroupKind("agentgateway.dev", "AgentgatewayBackend")
+INFERENCE_POOL = GroupKind("inference.networking.k8s.io", "InferencePool")
 
 LINKERD_GROUP = "policy.linkerd.io"
 LINKERD_SERVER = GroupKind(LINKERD_GROUP, "Server")
@@ -228,21 +236,35 @@ def _kgateway(
 
 CATALOG: tuple[CatalogEntry, ...] = (
     # Gateway API's own: Service is the Extended support level; the CRD leaves other backends
-    # to each implementation, and Envoy Gateway and kgateway document their Backend kinds.
+    # to each implementation, and Envoy Gateway, kgateway and agentgateway document theirs.
     CatalogEntry(
         GroupKind(GATEWAY_GROUP, "BackendTLSPolicy"),
         "Direct",
-        frozenset({SERVICE, SERVICE_IMPORT, EG_BACKEND, KGATEWAY_BACKEND}),
+        frozenset(
+            {
+                SERVICE,
+                SERVICE_IMPORT,
+                EG_BACKEND,
+                KGATEWAY_BACKEND,
+                AGENTGATEWAY_BACKEND,
+                INFERENCE_POOL,
+            }
+        ),
         source=_GATEWAY_API.format("gateway.networking.k8s.io_backendtlspolicies.yaml")
         + ", which restricts no kind; envoyproxy/gateway v1.9.0 site/content/en/latest/tasks/"
         "security/oidc.md and test/e2e (a ServiceImport); kgateway-dev/kgateway.dev "
-        "assets/kgw-docs/pages/traffic-management/static.md",
+        "assets/kgw-docs/pages/traffic-management/static.md; agentgateway/agentgateway "
+        "controller/pkg/agentgateway/translator/testdata/backends/tls.yaml and "
+        "inferencepool.yaml (Aug 2026)",
+        any_target_kinds=True,
     ),
     CatalogEntry(
         GroupKind(GATEWAY_API_X_GROUP, "XBackendTrafficPolicy"),
         "Direct",
         frozenset({SERVICE, SERVICE_IMPORT}),  # its targetRefs doc names both
-        source=_GATEWAY_API.format("gateway.networking.x-k8s.io_xbackendtrafficpolicies.yaml"),
+        source=_GATEWAY_API.format("gateway.networking.x-k8s.io_xbackendtrafficpolicies.yaml")
+        + ", which restricts no kind",
+        any_target_kinds=True,
     ),
     # Envoy Gateway: `mergeType` on the three kinds that have it (xRoute targets only).
     _envoy_gateway(
@@ -394,6 +416,8 @@ def catalog_markdown() -> str:
         if entry.settings_optional and entry.policy_class == "Inherited":
             stanzas += "; may set nothing (PA-S17)"
         stanzas += "".join(f"; `{name}` is a setting" for name in sorted(entry.setting_keys))
+        if entry.any_target_kinds:
+            targets += "; its schema restricts no kind (several in one policy: no PA-T02)"
         if entry.target_group_optional:
             targets += "; a ref may leave out `group` (the core group)"
         lines.append(

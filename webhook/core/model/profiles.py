@@ -75,6 +75,8 @@ class KindProfile:
     # The vendor's schema lets a target ref leave out `group` (catalog, see there): read when
     # the CRD is not at hand.
     target_group_optional: bool = False
+    # The vendor's schema restricts no target kind (catalog, see there): no PA-T02.
+    any_target_kinds: bool = False
     exclusive_stanzas: bool = False
     overrides_forbidden_on: frozenset[GroupKind] = frozenset()
     cross_namespace: CrossNamespace = "referencegrant"
@@ -228,6 +230,7 @@ def base_profile(gk: GroupKind, from_crd: KindProfile | None) -> KindProfile:
         ignored_beside_stanzas=entry.ignored_beside_stanzas,
         settings_optional=entry.settings_optional,
         target_group_optional=entry.target_group_optional,
+        any_target_kinds=entry.any_target_kinds,
         max_target_refs=entry.max_target_refs,
     )
 

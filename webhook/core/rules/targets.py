@@ -81,14 +81,16 @@ def check(
 
 
 def _direct_one_kind(refs: list[TargetRef], profile: KindProfile) -> Iterator[Finding]:
-    """PA-T02 — but not among the kinds a vendor's catalog entry lists for its Direct kind:
-    its API server accepts such a mix (NGINX Gateway Fabric's ObservabilityPolicy on an
-    HTTPRoute and a GRPCRoute), so denying it would be a false denial (docs/decisions.md)."""
+    """PA-T02 — but not among the kinds a vendor's catalog entry lists for its Direct kind,
+    nor at all for a kind whose schema restricts no target kind (Gateway API's
+    BackendTLSPolicy): its API server accepts such a mix (NGINX Gateway Fabric's
+    ObservabilityPolicy on an HTTPRoute and a GRPCRoute), so denying it would be a false
+    denial (docs/decisions.md). An operator's list of targets restores it."""
     named = {ref.group_kind for ref in refs}
     vendor_allows = (
         profile.catalog_source is not None
         and not profile.targets_configured
-        and named <= profile.allowed_targets
+        and (profile.any_target_kinds or named <= profile.allowed_targets)
     )
     kinds_named = sorted(str(gk) for gk in named)
     if len(kinds_named) > 1 and not vendor_allows:
