@@ -31,6 +31,7 @@ VENDOR_COMPONENTS = {
     "nginx-gateway-fabric": "gateway.nginx.org",
     "kgateway": "gateway.kgateway.dev",
     "linkerd": "policy.linkerd.io",
+    "envoy-ai-gateway": "aigateway.envoyproxy.io",
 }
 # Components that need more than the manifests: one value (policy-group), or a server newer
 # than 1.20 (match-conditions).

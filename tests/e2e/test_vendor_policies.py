@@ -1,6 +1,6 @@
 """Real vendors' policies through the real API server and `kubectl` (SPEC's first principle).
 
-CRDs shaped like Envoy Gateway's, Kuadrant's, NGINX Gateway Fabric's, kgateway's and Linkerd's (scope,
+CRDs shaped like Envoy Gateway's, Kuadrant's, NGINX Gateway Fabric's, kgateway's, Linkerd's and Envoy AI Gateway's (scope,
 versions and labels as upstream: `tests/realworld/crds/`; Gateway API's own kinds come from
 the suite's Gateway API CRDs) and the objects their published policies target
 (`tests/realworld/state.yaml`). The webhook runs in cluster mode, registered with the shipped
@@ -31,13 +31,21 @@ if TYPE_CHECKING:
     from cluster import LocalCluster
 
 REALWORLD = REPO / "tests" / "realworld"
-VENDOR_CRDS = ("envoy-gateway", "kuadrant", "nginx-gateway-fabric", "kgateway", "linkerd")
+VENDOR_CRDS = (
+    "envoy-gateway",
+    "kuadrant",
+    "nginx-gateway-fabric",
+    "kgateway",
+    "linkerd",
+    "envoy-ai-gateway",
+)
 VENDOR_GROUPS = [
     "gateway.envoyproxy.io",
     "kuadrant.io",
     "gateway.nginx.org",
     "gateway.kgateway.dev",
     "policy.linkerd.io",
+    "aigateway.envoyproxy.io",
 ]
 # The Gateway API's own policy kinds, named one by one: its groups hold the routes too.
 GATEWAY_API_POLICIES = [

@@ -36,6 +36,7 @@ VENDORS = (
     "nginx-gateway-fabric",
     "kgateway",
     "linkerd",
+    "envoy-ai-gateway",
 )
 
 
@@ -75,6 +76,7 @@ GROUPS = {
     "gateway.nginx.org": "nginx-gateway-fabric",
     "gateway.kgateway.dev": "kgateway",
     "policy.linkerd.io": "linkerd",
+    "aigateway.envoyproxy.io": "envoy-ai-gateway",
 }
 
 

@@ -109,6 +109,8 @@ SERVICE_IMPORT = GroupKind("multicluster.x-k8s.io", "ServiceImport")
 ISTIO_HOSTNAME = GroupKind("networking.istio.io", "Hostname")
 AGENTGATEWAY_BACKEND = GroupKind("agentgateway.dev", "AgentgatewayBackend")
 INFERENCE_POOL = GroupKind("inference.networking.k8s.io", "InferencePool")
+AI_GATEWAY_GROUP = "aigateway.envoyproxy.io"
+AI_SERVICE_BACKEND = GroupKind(AI_GATEWAY_GROUP, "AIServiceBackend")
 
 LINKERD_GROUP = "policy.linkerd.io"
 LINKERD_SERVER = GroupKind(LINKERD_GROUP, "Server")
@@ -129,6 +131,10 @@ _NGINX = "nginx/nginx-gateway-fabric v2.6.7 config/crd/bases/gateway.nginx.org_{
 _KGATEWAY = (
     "kgateway-dev/kgateway api/v1alpha1/kgateway/{} (main 2026, as released in v2.2-v2.4; "
     "CRDs in install/helm/kgateway-crds/templates/; label Direct)"
+)
+_AI_GATEWAY = (
+    "envoyproxy/ai-gateway v1.1.0 manifests/charts/ai-gateway-crds-helm/templates/"
+    "aigateway.envoyproxy.io_{} (label direct; targets from the targetRefs CEL)"
 )
 _LINKERD = (
     "linkerd/linkerd2 edge-26.8.3 charts/linkerd-crds/templates/policy/{} (no policy label; "
@@ -373,6 +379,21 @@ CATALOG: tuple[CatalogEntry, ...] = (
     ),
     # Deprecated in v2.2 for ListenerPolicy's `default.httpSettings`; gone after v2.4.
     _kgateway("HTTPListenerPolicy", "http_listener_policy_types.go", ONLY_GATEWAY),
+    # Envoy AI Gateway: backend policies of its own backends, or of the Inference Extension's
+    # pools; its CEL tests accept one BackendSecurityPolicy on both kinds at once.
+    CatalogEntry(
+        GroupKind(AI_GATEWAY_GROUP, "BackendSecurityPolicy"),
+        "Direct",
+        frozenset({AI_SERVICE_BACKEND, INFERENCE_POOL}),
+        source=_AI_GATEWAY.format("backendsecuritypolicies.yaml")
+        + "; tests/crdcel/testdata/backendsecuritypolicies/targetrefs_mixed.yaml (valid)",
+    ),
+    CatalogEntry(
+        GroupKind(AI_GATEWAY_GROUP, "QuotaPolicy"),
+        "Direct",
+        frozenset({AI_SERVICE_BACKEND}),
+        source=_AI_GATEWAY.format("quotapolicies.yaml"),
+    ),
     # Linkerd (a service mesh, GAMMA): `targetRef` (singular) whose `group` may be left out,
     # read as the core group. Its policies attach to its own Servers and routes, which this
     # webhook does not watch, and to a Namespace or Gateway API routes, which it does.
