@@ -29,15 +29,8 @@ from webhook.shell.cli import main as cli
 from webhook.shell.cli.manifests import load_store
 
 CASES: list[dict[str, Any]] = yaml.safe_load((REALWORLD / "cases.yaml").read_text(encoding="utf-8"))
-VENDORS = (
-    "gateway-api",
-    "envoy-gateway",
-    "kuadrant",
-    "nginx-gateway-fabric",
-    "kgateway",
-    "linkerd",
-    "envoy-ai-gateway",
-)
+# One per CRD file: a project whose CRDs are here has its published shapes in the table.
+VENDORS = tuple(sorted(p.stem for p in (REALWORLD / "crds").glob("*.yaml")))
 
 
 def state_paths() -> list[str]:
