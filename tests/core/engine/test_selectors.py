@@ -324,6 +324,13 @@ GATEWAY_BTP = btp(
 )
 
 
+def with_route_policy(spec: str) -> Store:
+    """Envoy Gateway's CRDs, the cluster, the Gateway's policy and a route policy of `spec`."""
+    return store_of(
+        vendor_crds("envoy-gateway"), CLUSTER, GATEWAY_BTP, btp("rt", "HTTPRoute/r", spec)
+    )
+
+
 def btp_value(store: Store) -> object:
     found = by_path(store, route("apps", "r"), "BackendTrafficPolicy")
     return next(iter(found.values())) if found else None
@@ -341,22 +348,12 @@ def findings_of(store: Store, text: str, created: str, rule: str) -> list[tuple[
 
 
 def test_envoy_gateway_the_more_specific_policy_replaces_the_gateways_whole() -> None:
-    store = store_of(
-        vendor_crds("envoy-gateway"),
-        CLUSTER,
-        GATEWAY_BTP,
-        btp("rt", "HTTPRoute/r", "retry: {numRetries: 5}"),
-    )
+    store = with_route_policy("retry: {numRetries: 5}")
     assert btp_value(store) == {"retry": {"numRetries": 5}}
 
 
 def test_envoy_gateway_merge_type_merges_the_route_policy_onto_the_gateways() -> None:
-    store = store_of(
-        vendor_crds("envoy-gateway"),
-        CLUSTER,
-        GATEWAY_BTP,
-        btp("rt", "HTTPRoute/r", "mergeType: StrategicMerge\nretry: {numRetries: 5}"),
-    )
+    store = with_route_policy("mergeType: StrategicMerge\nretry: {numRetries: 5}")
     assert btp_value(store) == {
         "retry": {"numRetries": 5},
         "timeout": {"http": {"requestTimeout": "10s"}},
@@ -382,9 +379,7 @@ def test_envoy_gateway_an_empty_route_policy_replaces_the_gateways_whole(body: s
     """Envoy Gateway's translator (testdata backendtrafficpolicy-override-replace): a route's
     policy that sets nothing still replaces the Gateway's whole, so the route gets none of its
     settings; the Gateway's policy is a loser there, replaced by the empty one."""
-    store = store_of(
-        vendor_crds("envoy-gateway"), CLUSTER, GATEWAY_BTP, btp("rt", "HTTPRoute/r", body)
-    )
+    store = with_route_policy(body)
     assert btp_value(store) == {}
     (result,) = effective.compute(route("apps", "r"), store)
     assert result.policies == ("apps/rt", "infra/gw")
@@ -420,12 +415,7 @@ def test_envoy_gateway_an_empty_route_policy_s_impact_preview_unsets_the_gateway
 
 
 def test_envoy_gateway_an_empty_route_policy_with_merge_type_changes_nothing() -> None:
-    store = store_of(
-        vendor_crds("envoy-gateway"),
-        CLUSTER,
-        GATEWAY_BTP,
-        btp("rt", "HTTPRoute/r", "mergeType: StrategicMerge"),
-    )
+    store = with_route_policy("mergeType: StrategicMerge")
     assert btp_value(store) == {
         "retry": {"numRetries": 3},
         "timeout": {"http": {"requestTimeout": "10s"}},

@@ -40,7 +40,7 @@ def check(
     findings: list[Finding] = []
     findings += _target_fields(spec, profile)
     for path, raw in raw_target_refs(spec):
-        findings += _ref_schema(path, raw, group_required=requires_group(profile, path))
+        findings += _ref_schema(path, raw, group_required=_requires_group(profile, path))
     for path, raw in raw_target_selectors(spec):
         findings += _selector_schema(path, raw)
     findings += _duplicates(spec)
@@ -81,12 +81,15 @@ def _target_fields(spec: Mapping[str, Any], profile: KindProfile) -> Iterator[Fi
         )
 
 
-def ref_is_well_formed(raw: object, *, group_required: bool = True) -> bool:
-    """True when PA-S04 has nothing to say about this ref, so target rules may judge it."""
-    return not any(True for _ in _ref_schema("", raw, group_required=group_required))
+def ref_is_well_formed(raw: object, profile: KindProfile, path: str) -> bool:
+    """True when PA-S04 has nothing to say about the ref at `path`, so target rules may judge
+    it: the same reading of the kind's schema as PA-S04's own."""
+    return not any(
+        True for _ in _ref_schema("", raw, group_required=_requires_group(profile, path))
+    )
 
 
-def requires_group(profile: KindProfile, path: str) -> bool:
+def _requires_group(profile: KindProfile, path: str) -> bool:
     """Whether the ref at `path` (`spec.targetRef`, `spec.targetRefs[i]`) must name its group:
     the kind's schema says (`KindProfile.target_group_required`). Where it may be left out, it
     is read as the core group, as those schemas say it is meant."""

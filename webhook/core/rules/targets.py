@@ -49,7 +49,7 @@ def check(
     refs = [
         ref
         for path, raw in raw_target_refs(spec)
-        if shape.ref_is_well_formed(raw, group_required=shape.requires_group(profile, path))
+        if shape.ref_is_well_formed(raw, profile, path)
         and (ref := read_target_ref(path, raw)) is not None
     ]
     findings: list[Finding] = []
