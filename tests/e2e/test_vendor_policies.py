@@ -181,6 +181,55 @@ def test_a_selector_policy_follows_its_routes_label(
         kubectl(cluster, "delete", "-f", "-", "--ignore-not-found", input=SELECTOR_POLICY)
 
 
+def upstream_settings(name: str, settings: str) -> str:
+    return f"""
+apiVersion: gateway.nginx.org/v1alpha1
+kind: UpstreamSettingsPolicy
+metadata: {{name: {name}, namespace: default}}
+spec:
+  targetRefs: [{{group: core, kind: Service, name: backend}}]
+  {settings}
+"""
+
+
+# Named in the order they are applied: two applied within one second tie on age, and SPEC
+# §4.4 then orders them by name.
+ZONE = upstream_settings("e2e-a-zone", "zoneSize: 1m")
+KEEPALIVE = upstream_settings("e2e-b-keepalive", "keepAlive: {connections: 32}")
+ZONE_AGAIN = upstream_settings("e2e-c-zone", "zoneSize: 2m")
+
+
+def test_nginx_policies_on_one_service_merge_unless_they_set_the_same_field(
+    cluster: LocalCluster, vendors: WebhookProcess
+) -> None:
+    """NGINX Gateway Fabric's own rule for policies on one target (catalog `conflict_keys`)."""
+    try:
+        assert kubectl(cluster, "apply", "-f", "-", input=ZONE).returncode == 0
+        done = kubectl(cluster, "apply", "-f", "-", input=KEEPALIVE)
+        assert done.returncode == 0, done.stderr
+        assert "PA-C01" not in done.stderr  # different fields: NGINX applies both
+        done = kubectl(cluster, "apply", "-f", "-", input=ZONE_AGAIN)
+        assert done.returncode == 0, done.stderr  # a warning, never a denial
+        assert "UpstreamSettingsPolicy default/e2e-a-zone also targets Service/default/backend" in (
+            done.stderr
+        )
+        assert "sets zoneSize too; it wins (" in done.stderr
+        assert "this one will be Conflicted" in done.stderr
+
+        def merged() -> bool:
+            value = annotation_of(cluster, "service/backend", "default") or {}
+            entry = value.get("policies", {}).get("UpstreamSettingsPolicy.gateway.nginx.org")
+            return entry is not None and entry["contexts"][0]["effective"] == {
+                "zoneSize": "1m",
+                "keepAlive": {"connections": 32},
+            }
+
+        eventually(merged)
+    finally:
+        for text in (ZONE, KEEPALIVE, ZONE_AGAIN):
+            kubectl(cluster, "delete", "-f", "-", "--ignore-not-found", input=text)
+
+
 def first_route_in(cluster: LocalCluster, namespace: str) -> str:
     routes = cluster.get_json("httproutes.gateway.networking.k8s.io", "-n", namespace)["items"]
     assert routes, f"tests/realworld/state.yaml has no HTTPRoute in {namespace}"

@@ -18,6 +18,7 @@ from tests.fixtures.engine import (
     gateway,
     only,
     policy,
+    reference_grant,
     result_of,
     route,
     service,
@@ -458,15 +459,13 @@ def test_field_map(
 
 # --- who may attach where -------------------------------------------------------------------
 
-GRANT = """
----
-apiVersion: gateway.networking.k8s.io/v1beta1
-kind: ReferenceGrant
-metadata: {name: apps-retries, namespace: infra}
-spec:
-  from: [{group: policies.example.com, kind: RetryPolicy, namespace: apps}]
-  to: [{group: gateway.networking.k8s.io, kind: Gateway}]
-"""
+GRANT = reference_grant(
+    "infra",
+    from_kind="RetryPolicy",
+    from_group="policies.example.com",
+    from_ns="apps",
+    to_kind="Gateway",
+)
 
 
 def test_a_cross_namespace_target_counts_only_with_a_reference_grant() -> None:

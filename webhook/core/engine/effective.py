@@ -37,6 +37,7 @@ from webhook.core.engine.board import (
     ContextResult,
     Loser,
     Source,
+    StanzaName,
     reason,
     tie_why,
 )
@@ -318,6 +319,18 @@ class _KindRules:
         board = self._board()
         candidates = list({p.key: p for p, s in own if s == rung.section}.values())
         at = rung.display()
+        if self.profile.conflict_keys is not None:  # the vendor's rule (catalog)
+            conflicted = {conflict.loser.key: conflict for conflict in self.conflicted(candidates)}
+            for policy in candidates:
+                claim = Claim(Source(policy.ref, "direct", at), policy)
+                if policy.key in conflicted:
+                    conflict = conflicted[policy.key]
+                    by = Source(conflict.winner.ref, "direct", at)
+                    board.lose(claim, WHOLE, conflict.reason, by=by)
+                    continue
+                for path, value in self.leaves.of(policy, "direct").items():
+                    board.offer(path, value, claim)
+            return board.result(context)
         for i, policy in enumerate(candidates):
             claim = Claim(Source(policy.ref, "direct", at), policy)
             if i == 0:
@@ -424,7 +437,21 @@ class _KindRules:
         every stanza of it atomic unless the stanza selects its own strategy.
         """
         board = self._board()
-        offers = self._offers(levels)
+        conflicted: set[tuple[Rung, ObjectKey]] = set()  # at that rung only (per target)
+        for rung, policies in levels:
+            for conflict in self.conflicted(policies):
+                at = sys.intern(rung.display())
+                board.lose(
+                    Claim(
+                        Source(conflict.loser.ref, self._stanza_of(conflict.loser), at),
+                        conflict.loser,
+                    ),
+                    WHOLE,
+                    conflict.reason,
+                    by=Source(conflict.winner.ref, self._stanza_of(conflict.winner), at),
+                )
+                conflicted.add((rung, conflict.loser.key))
+        offers = self._offers(levels, conflicted)
         replaced_by: Claim | None = None  # the atomic override that took everything below
         for claim, found in offers["override"]:  # §5.2a: root first
             if replaced_by is not None:
@@ -457,9 +484,14 @@ class _KindRules:
                 open_below, closed_by = False, claim
         return board.result(context)
 
-    def _offers(self, levels: list[tuple[Rung, Sequence[Policy]]]) -> dict[Stanza, list[Offer]]:
+    def _offers(
+        self,
+        levels: list[tuple[Rung, Sequence[Policy]]],
+        conflicted: set[tuple[Rung, ObjectKey]],
+    ) -> dict[Stanza, list[Offer]]:
         """Each policy's stanzas in the order they get to choose: overrides root first,
-        defaults target first; within a level, SPEC §4.4 order."""
+        defaults target first; within a level, SPEC §4.4 order. A policy the vendor's rule
+        makes Conflicted at a rung (`conflicted`) offers nothing there."""
         offers: dict[Stanza, list[Offer]] = {"override": [], "default": []}
         walks: tuple[tuple[Stanza, list[tuple[Rung, Sequence[Policy]]]], ...] = (
             ("override", levels),
@@ -468,6 +500,8 @@ class _KindRules:
         for stanza, walk in walks:
             for rung, policies in walk:
                 for policy in policies:
+                    if conflicted and (rung, policy.key) in conflicted:
+                        continue
                     found = self.leaves.of(policy, stanza)
                     if found or (stanza == "default" and self._replaces_when_empty(policy)):
                         # Interned: a board per context group holds its sources, and the
@@ -475,6 +509,40 @@ class _KindRules:
                         source = Source(sys.intern(policy.ref), stanza, sys.intern(rung.display()))
                         offers[stanza].append((Claim(source, policy), found))
         return offers
+
+    def conflicted(self, policies: Sequence[Policy]) -> list[Conflict]:
+        """Of `policies` on one target, in SPEC §4.4 order, those the kind's vendor makes
+        Conflicted there (catalog `conflict_keys`): a policy that sets a field which an earlier
+        one, not itself Conflicted, sets too. None for a kind that follows SPEC's rule."""
+        keys = self.profile.conflict_keys
+        if keys is None or len(policies) < 2:
+            return []
+        out: list[Conflict] = []
+        applied: list[tuple[Policy, frozenset[leaves.Path]]] = []
+        for policy in policies:
+            mine = self._keys_set(policy, keys)
+            clash = next(
+                ((other, theirs & mine) for other, theirs in applied if theirs & mine), None
+            )
+            if clash is None:
+                applied.append((policy, mine))
+                continue
+            winner, both = clash
+            key = ".".join(next(k for k in keys if k in both))  # the first in the vendor's order
+            out.append(Conflict(policy, winner, key))
+        return out
+
+    def _keys_set(self, policy: Policy, keys: tuple[leaves.Path, ...]) -> frozenset[leaves.Path]:
+        """Which of `keys` the policy sets: the key itself, or any field below it."""
+        stanzas: tuple[StanzaName, ...] = (
+            ("direct",) if self.profile.policy_class == "Direct" else ("override", "default")
+        )
+        paths = [path for stanza in stanzas for path in self.leaves.of(policy, stanza)]
+        return frozenset(key for key in keys if any(path[: len(key)] == key for path in paths))
+
+    def _stanza_of(self, policy: Policy) -> Stanza:
+        """Where an Inherited policy's settings are, to name it as a loser or a winner."""
+        return "override" if self.leaves.of(policy, "override") else "default"
 
     def _replaces_when_empty(self, policy: Policy) -> bool:
         """A policy whose settings are its spec proper, merged atomically, takes part as a
@@ -491,6 +559,28 @@ class _KindRules:
         if own is not None:
             return own
         return "atomic" if self.profile.merge == "atomic" else "merge"
+
+
+class Conflict(NamedTuple):
+    """A policy its vendor's rule makes Conflicted on one target (catalog `conflict_keys`):
+    the earlier policy it meets there, and the first field both set."""
+
+    loser: Policy
+    winner: Policy
+    key: str
+
+    @property
+    def reason(self) -> str:
+        why = tie_why(self.loser, self.winner)
+        return f"conflicted: {self.winner.ref} also sets {self.key} and comes first ({why})"
+
+
+def same_target_conflict(a: Policy, b: Policy, view: ClusterView) -> Conflict | None:
+    """Whether the kind's vendor makes one of two policies on one target Conflicted (catalog
+    `conflict_keys`): PA-C01's answer for such a kind, by the engine's own reading."""
+    rules = _KindRules(view.profile(a.key.group_kind), _Evaluation.of(view, with_losers=False))
+    found = rules.conflicted(sorted((a, b), key=lambda p: p.order_key))
+    return found[0] if found else None
 
 
 def _skip(board: Board, claim: Claim, winner: Claim | None, why: str) -> None:

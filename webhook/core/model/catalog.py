@@ -89,6 +89,15 @@ class CatalogEntry:
     # implementation — agentgateway's translator applies one BackendTLSPolicy to an
     # AgentgatewayBackend and a Service at once. A kind outside `targets` stays PA-T01 (WARN).
     any_target_kinds: bool = False
+    # The vendor's own rule for two policies of the kind on one target (None: SPEC's — §5.1,
+    # the Direct winner applies whole; §5.2, a tie broken field by field). NGINX Gateway
+    # Fabric sorts the policies on a target by SPEC §4.4's order, and a policy that sets one
+    # of these fields (dotted paths into its settings; a field set anywhere below counts)
+    # where an earlier one, not itself conflicted, sets it too is Conflicted: it applies
+    # nothing there. Policies with no such field in common all apply, merged. Read from each
+    # kind's `Conflicts` in NGINX Gateway Fabric's internal/controller/nginx/config/policies/
+    # and `markConflictedPolicies` in internal/controller/state/graph/policies.go.
+    conflict_keys: tuple[str, ...] | None = None
 
 
 # Gateway API kinds that policies attach to, in the bundles the vendors' CEL rules name.
@@ -209,6 +218,7 @@ def _nginx(
     version: str,
     merge: Merge = "patch",
     settings_optional: bool = False,
+    conflict_keys: tuple[str, ...] | None = None,
 ) -> CatalogEntry:
     """NGINX Gateway Fabric: no wrappers; each CRD labelled `direct` or `inherited`."""
     return CatalogEntry(
@@ -218,6 +228,7 @@ def _nginx(
         source=_NGINX.format(plural) + f" ({version}; label {policy_class.lower()})",
         merge=merge,
         settings_optional=settings_optional,
+        conflict_keys=conflict_keys,
     )
 
 
@@ -324,6 +335,15 @@ CATALOG: tuple[CatalogEntry, ...] = (
         GATEWAY_HTTP_GRPC,
         version="v1alpha1",
         settings_optional=True,  # its CRD requires only the targets
+        conflict_keys=(
+            "body.maxSize",
+            "body.bufferSize",
+            "body.timeout",
+            "keepAlive.requests",
+            "keepAlive.time",
+            "keepAlive.timeout",
+            "keepAlive.minTimeout",
+        ),
     ),
     _nginx(
         "ProxySettingsPolicy",
@@ -332,7 +352,18 @@ CATALOG: tuple[CatalogEntry, ...] = (
         GATEWAY_HTTP_GRPC,
         version="v1alpha1",
         settings_optional=True,  # its CRD requires only the targets
+        conflict_keys=(
+            "buffering.disable",
+            "buffering.bufferSize",
+            "buffering.buffers",
+            "buffering.busyBuffersSize",
+            "timeout.connect",
+            "timeout.read",
+            "timeout.send",
+        ),
     ),
+    # Its rules never conflict: NGINX applies the rules of every policy on a target. Here a
+    # list is one leaf (SPEC §5.3), so the older policy's rules are the ones shown.
     _nginx(
         "RateLimitPolicy",
         "ratelimitpolicies",
@@ -340,6 +371,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         GATEWAY_HTTP_GRPC,
         version="v1alpha1",
         settings_optional=True,  # its CRD requires only the targets
+        conflict_keys=("rateLimit.dryRun", "rateLimit.logLevel", "rateLimit.rejectCode"),
     ),
     # docs/proposals/nap-waf.md: the more specific WAFPolicy replaces the other one whole.
     _nginx(
@@ -350,13 +382,30 @@ CATALOG: tuple[CatalogEntry, ...] = (
         version="v1alpha1",
         merge="atomic",
     ),
-    _nginx("ObservabilityPolicy", "observabilitypolicies", "Direct", HTTP_GRPC, version="v1alpha2"),
+    _nginx(
+        "ObservabilityPolicy",
+        "observabilitypolicies",
+        "Direct",
+        HTTP_GRPC,
+        version="v1alpha2",
+        conflict_keys=("tracing",),
+    ),
     _nginx(
         "UpstreamSettingsPolicy",
         "upstreamsettingspolicies",
         "Direct",
         ONLY_SERVICE,
         version="v1alpha1",
+        conflict_keys=(
+            "zoneSize",
+            "keepAlive.connections",
+            "keepAlive.requests",
+            "keepAlive.time",
+            "keepAlive.timeout",
+            "loadBalancingMethod",
+            "hashMethodKey",
+            "useClusterIP",
+        ),
     ),
     _nginx("SnippetsPolicy", "snippetspolicies", "Direct", ONLY_GATEWAY, version="v1alpha1"),
     # kgateway: TrafficPolicy's CEL takes GRPCRoute too, and any kind ending in "ListenerSet".
@@ -441,8 +490,12 @@ def catalog_markdown() -> str:
             targets += "; its schema restricts no kind (several in one policy: no PA-T02)"
         if entry.target_group_optional:
             targets += "; a ref may leave out `group` (the core group)"
+        merge: str = entry.merge
+        if entry.conflict_keys is not None:
+            keys = ", ".join(f"`{key}`" for key in entry.conflict_keys)
+            merge += f"; on one target, Conflicted when an older one sets {keys} too"
         lines.append(
             f"| `{entry.group_kind}`{scope} | {entry.policy_class} | {targets} | "
-            f"{stanzas} | {entry.merge} | {selectors} | {entry.source} |"
+            f"{stanzas} | {merge} | {selectors} | {entry.source} |"
         )
     return "\n".join(lines) + "\n"

@@ -77,6 +77,9 @@ class KindProfile:
     target_group_optional: bool = False
     # The vendor's schema restricts no target kind (catalog, see there): no PA-T02.
     any_target_kinds: bool = False
+    # The vendor's rule for policies of the kind on one target (catalog, see there): the
+    # fields, as paths, that two of them may not both set; None: SPEC's rule.
+    conflict_keys: tuple[tuple[str, ...], ...] | None = None
     exclusive_stanzas: bool = False
     overrides_forbidden_on: frozenset[GroupKind] = frozenset()
     cross_namespace: CrossNamespace = "referencegrant"
@@ -231,6 +234,11 @@ def base_profile(gk: GroupKind, from_crd: KindProfile | None) -> KindProfile:
         settings_optional=entry.settings_optional,
         target_group_optional=entry.target_group_optional,
         any_target_kinds=entry.any_target_kinds,
+        conflict_keys=(
+            None
+            if entry.conflict_keys is None
+            else tuple(tuple(key.split(".")) for key in entry.conflict_keys)
+        ),
         max_target_refs=entry.max_target_refs,
     )
 

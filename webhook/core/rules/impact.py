@@ -194,11 +194,12 @@ def _conflicts(policy: Policy, view: ClusterView) -> Iterable[Finding]:
             if section not in other.sections_on(target, obj):
                 continue
             where = target.display(section)
-            message = (
-                _direct_conflict(policy, other, where)
-                if policy.policy_class == "Direct"
-                else _inherited_conflict(policy, other, where, Rung(target, section), view)
-            )
+            if view.profile(policy.key.group_kind).conflict_keys is not None:
+                message = _vendor_conflict(policy, other, where, view)
+            elif policy.policy_class == "Direct":
+                message = _direct_conflict(policy, other, where)
+            else:
+                message = _inherited_conflict(policy, other, where, Rung(target, section), view)
             if message:
                 yield Finding("PA-C01", field_of.get((target, section), selector_field), message)
 
@@ -213,6 +214,19 @@ def _direct_conflict(policy: Policy, other: Policy, where: str) -> str:
     if _wins(other, policy):
         return f"{kind} {other.ref} also targets {where} and wins ({tie_why(policy, other)}); this one will be Conflicted"
     return f"{kind} {other.ref} also targets {where}; this one wins ({tie_why(other, policy)}), that one becomes Conflicted"
+
+
+def _vendor_conflict(policy: Policy, other: Policy, where: str, view: ClusterView) -> str | None:
+    """For a kind whose vendor has its own rule for policies on one target (catalog
+    `conflict_keys`, NGINX Gateway Fabric's): the one that comes second is Conflicted when
+    both set one of its fields; otherwise both apply, merged, and nothing is lost."""
+    found = effective.same_target_conflict(policy, other, view)
+    if found is None:
+        return None
+    kind, key = policy.key.kind, found.key
+    if found.loser.key == policy.key:
+        return f"{kind} {other.ref} also targets {where} and sets {key} too; it wins ({tie_why(policy, other)}): this one will be Conflicted"
+    return f"{kind} {other.ref} also targets {where} and sets {key} too; this one wins ({tie_why(other, policy)}): that one becomes Conflicted"
 
 
 def _inherited_conflict(
