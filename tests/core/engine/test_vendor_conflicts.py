@@ -14,6 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.fixtures import changes
+from tests.fixtures.budget import whole_clusters
 from tests.fixtures.engine import (
     CLUSTER,
     by_path,
@@ -27,8 +32,12 @@ from tests.fixtures.engine import (
 )
 from tests.fixtures.paths import REALWORLD
 from webhook.core.admission import validation as admission
-from webhook.core.model.refs import GroupKind
+from webhook.core.annotation import summary
+from webhook.core.annotation.cache import SummaryCache
+from webhook.core.engine import effective
+from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.model.settings import Settings
+from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import Store
 
 NGINX_CRDS = (REALWORLD / "crds" / "nginx-gateway-fabric.yaml").read_text(encoding="utf-8")
@@ -221,3 +230,67 @@ spec:
         ),
         ("infra/older", "body.maxSize", "apps/wide is more specific (default at HTTPRoute/apps/r)"),
     ]
+
+
+# --- the same properties as every kind (SPEC §5.8): cached and reviewed answers stay fresh ----
+
+NGINX_UPSERT = st.tuples(st.just("upsert"), changes.nginx_policy_docs())
+NGINX_DELETE = st.tuples(
+    st.just("delete"),
+    st.builds(
+        lambda kind, ns, name: ObjectKey(changes.NGINX_GROUP, kind, ns, name),
+        st.sampled_from(sorted(changes.NGINX_KINDS)),
+        st.sampled_from(["infra", "apps", "shop"]),
+        st.sampled_from(["n0", "n1", "n2"]),
+    ),
+)
+# Several of its policies from the start, so that some share a target; then changes of any
+# kind, its own more often than the mix of `changes.OPS` would draw them.
+NGINX_STARTS = st.tuples(
+    st.lists(NGINX_UPSERT, min_size=2, max_size=5), st.lists(changes.OPS, max_size=3)
+).map(lambda parts: parts[0] + parts[1])
+NGINX_CHANGES = st.lists(st.one_of(NGINX_UPSERT, NGINX_DELETE, changes.OPS), min_size=1, max_size=6)
+
+
+@whole_clusters(100)
+@given(start=NGINX_STARTS, ops=NGINX_CHANGES)
+def test_cached_values_with_the_vendor_rule_always_equal_a_fresh_computation(
+    start: list[changes.Op], ops: list[changes.Op]
+) -> None:
+    """A write can make a policy Conflicted, or free it, on the objects below its targets."""
+    view = changes.base_store()
+    for op in start:
+        changes.apply(view, op)
+    cache = SummaryCache(view, changes.SETTINGS)
+    keys = changes.annotated(view)
+    changes.assert_fresh(cache, view, keys)
+    for op in ops:
+        changes.apply(view, op)
+        keys = sorted({*keys, *changes.annotated(view)})
+        changes.assert_fresh(cache, view, keys)
+
+
+@whole_clusters(100)
+@given(start=NGINX_STARTS, change=st.one_of(NGINX_UPSERT, NGINX_DELETE))
+def test_a_reviewed_policy_of_the_vendor_is_computed_as_the_changed_cluster_would(
+    start: list[changes.Op], change: changes.Op
+) -> None:
+    """The impact preview's "after" (an overlay on the store's warm memos) against a store
+    that holds the change for real: the rule reads only the policies at one target."""
+    view = changes.base_store()
+    for op in start:
+        changes.apply(view, op)
+    keys = changes.annotated(view)
+    for key in keys:  # warm every memo of the store
+        summary.summarize(key, view, changes.SETTINGS)
+    after = changes.rebuilt(view)
+    changes.apply(after, change)
+    what, arg = change
+    overlay = (
+        OverlayView(view, upserts=[arg]) if what == "upsert" else OverlayView(view, deletes=[arg])
+    )
+    for key in keys:
+        assert effective.compute(key, overlay) == effective.compute(key, after), key
+        assert summary.summarize(key, overlay, changes.SETTINGS) == summary.summarize(
+            key, after, changes.SETTINGS
+        ), key
