@@ -137,6 +137,10 @@ _ENVOY_GATEWAY = (
 )
 _KUADRANT = "Kuadrant/kuadrant-operator v1.5.2 config/crd/bases/kuadrant.io_{}.yaml"
 _NGINX = "nginx/nginx-gateway-fabric v2.6.7 config/crd/bases/gateway.nginx.org_{}.yaml"
+# Where a kind's `conflict_keys` were read: its `Conflicts` (main, August 2026).
+_NGINX_CONFLICTS = (
+    "; conflicts: internal/controller/nginx/config/policies/{}/validator.go (main, Aug 2026)"
+)
 _KGATEWAY = (
     "kgateway-dev/kgateway api/v1alpha1/kgateway/{} (main 2026, as released in v2.2-v2.4; "
     "CRDs in install/helm/kgateway-crds/templates/; label Direct)"
@@ -225,7 +229,9 @@ def _nginx(
         GroupKind(NGINX_GROUP, kind),
         policy_class,
         targets,
-        source=_NGINX.format(plural) + f" ({version}; label {policy_class.lower()})",
+        source=_NGINX.format(plural)
+        + f" ({version}; label {policy_class.lower()})"
+        + (_NGINX_CONFLICTS.format(kind.lower().removesuffix("policy")) if conflict_keys else ""),
         merge=merge,
         settings_optional=settings_optional,
         conflict_keys=conflict_keys,
