@@ -22,6 +22,7 @@ from tests.fixtures.engine import (
     route,
     service,
     store_of,
+    verdict_of,
 )
 from tests.fixtures.paths import REALWORLD
 from webhook.core.admission import mutation
@@ -29,7 +30,7 @@ from webhook.core.admission import validation as admission
 from webhook.core.admission.reviews import Request
 from webhook.core.annotation import dependencies, summary
 from webhook.core.engine import effective
-from webhook.core.model.refs import GroupKind, ObjectKey
+from webhook.core.model.refs import ObjectKey
 from webhook.core.model.settings import Settings
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import Store
@@ -338,10 +339,7 @@ def btp_value(store: Store) -> object:
 
 def findings_of(store: Store, text: str, created: str, rule: str) -> list[tuple[str, str]]:
     """(field, message) of each `rule` finding of `text`'s policy, created at `created`."""
-    (obj,) = docs(text)
-    obj["metadata"]["creationTimestamp"] = created
-    gk = GroupKind(obj["apiVersion"].split("/")[0], obj["kind"])
-    verdict = admission.check_policy(obj, gk, view=store, settings=Settings())
+    verdict = verdict_of(store, text, created=created)
     return [
         (j.finding.field, j.finding.message) for j in verdict.judged if j.finding.rule_id == rule
     ]

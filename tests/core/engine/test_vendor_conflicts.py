@@ -12,8 +12,6 @@ The cluster is `tests.fixtures.engine.CLUSTER` (Gateway infra/gw → HTTPRoute a
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,22 +19,20 @@ from tests.fixtures import changes
 from tests.fixtures.budget import whole_clusters
 from tests.fixtures.engine import (
     CLUSTER,
-    by_path,
-    docs,
+    only,
     policy,
     reference_grant,
     result_of,
     route,
     service,
     store_of,
+    verdict_of,
 )
 from tests.fixtures.paths import REALWORLD
-from webhook.core.admission import validation as admission
 from webhook.core.annotation import summary
 from webhook.core.annotation.cache import SummaryCache
 from webhook.core.engine import effective
-from webhook.core.model.refs import GroupKind, ObjectKey
-from webhook.core.model.settings import Settings
+from webhook.core.model.refs import ObjectKey
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import Store
 
@@ -63,12 +59,7 @@ def store(*policies: str) -> Store:
     return store_of(NGINX_CRDS, CLUSTER, *policies)
 
 
-def value(view: Store, key: Any, kind: str) -> dict[str, Any]:
-    (found,) = by_path(view, key, kind).values()
-    return dict(found)
-
-
-def losers(view: Store, key: Any, kind: str) -> list[tuple[str, str, str]]:
+def losers(view: Store, key: ObjectKey, kind: str) -> list[tuple[str, str, str]]:
     result = result_of(view, key, kind)
     assert result is not None
     return sorted(
@@ -77,9 +68,7 @@ def losers(view: Store, key: Any, kind: str) -> list[tuple[str, str, str]]:
 
 
 def c01(view: Store, text: str) -> list[str]:
-    (obj,) = docs(text)
-    gk = GroupKind(obj["apiVersion"].split("/")[0], obj["kind"])
-    verdict = admission.check_policy(obj, gk, view=view, settings=Settings())
+    verdict = verdict_of(view, text)
     assert verdict.allowed
     return [j.finding.message for j in verdict.judged if j.finding.rule_id == "PA-C01"]
 
@@ -92,7 +81,7 @@ def test_direct_policies_setting_different_fields_both_apply() -> None:
         upstream("zone", "zoneSize: 1m", OLDER),
         upstream("keepalive", "keepAlive: {connections: 32}", NEWER),
     )
-    assert value(view, service("apps", "foo"), "UpstreamSettingsPolicy") == {
+    assert only(view, service("apps", "foo"), "UpstreamSettingsPolicy") == {
         "zoneSize": "1m",
         "keepAlive": {"connections": 32},
     }
@@ -105,7 +94,7 @@ def test_a_direct_policy_setting_a_field_the_older_sets_applies_nothing() -> Non
         upstream("both", "zoneSize: 2m\nkeepAlive: {connections: 32}", NEWER),
     )
     # Not even its keepAlive, which nothing else sets: it is Conflicted whole.
-    assert value(view, service("apps", "foo"), "UpstreamSettingsPolicy") == {"zoneSize": "1m"}
+    assert only(view, service("apps", "foo"), "UpstreamSettingsPolicy") == {"zoneSize": "1m"}
     assert losers(view, service("apps", "foo"), "UpstreamSettingsPolicy") == [
         ("apps/both", "*", "conflicted: apps/zone also sets zoneSize and comes first (older)")
     ]
@@ -118,7 +107,7 @@ def test_a_field_set_below_a_key_counts_as_the_key() -> None:
         nginx("ObservabilityPolicy", "a", "HTTPRoute/r", "tracing: {strategy: ratio}", OLDER),
         nginx("ObservabilityPolicy", "b", "HTTPRoute/r", "tracing: {ratio: 5}", NEWER),
     )
-    assert value(view, route("apps", "r"), "ObservabilityPolicy") == {
+    assert only(view, route("apps", "r"), "ObservabilityPolicy") == {
         "tracing": {"strategy": "ratio"}
     }
 
@@ -129,7 +118,7 @@ def test_a_conflicted_policy_does_not_conflict_with_the_ones_after_it() -> None:
         upstream("second", "zoneSize: 2m\nloadBalancingMethod: random", NEWER),
         upstream("third", "loadBalancingMethod: ip_hash", NEWEST),
     )
-    found = value(view, service("apps", "foo"), "UpstreamSettingsPolicy")
+    found = only(view, service("apps", "foo"), "UpstreamSettingsPolicy")
     assert found == {"zoneSize": "1m", "loadBalancingMethod": "ip_hash"}
 
 
@@ -142,7 +131,7 @@ def test_an_inherited_policy_conflicted_at_its_target_gives_nothing_below() -> N
         client("newer", "body: {maxSize: 20m}\nkeepAlive: {requests: 100}", NEWER),
     )
     # Field by field (SPEC §5.2) the newer one's keepAlive would apply; NGINX applies none of it.
-    assert value(view, route("apps", "r"), "ClientSettingsPolicy") == {"body": {"maxSize": "10m"}}
+    assert only(view, route("apps", "r"), "ClientSettingsPolicy") == {"body": {"maxSize": "10m"}}
 
 
 def test_inherited_policies_setting_different_fields_merge() -> None:
@@ -150,7 +139,7 @@ def test_inherited_policies_setting_different_fields_merge() -> None:
         client("older", "body: {maxSize: 10m}", OLDER),
         client("newer", "keepAlive: {requests: 100}", NEWER),
     )
-    assert value(view, route("apps", "r"), "ClientSettingsPolicy") == {
+    assert only(view, route("apps", "r"), "ClientSettingsPolicy") == {
         "body": {"maxSize": "10m"},
         "keepAlive": {"requests": 100},
     }
@@ -163,7 +152,7 @@ def test_policies_at_different_rungs_follow_spec_precedence_not_the_conflict_rul
         client("gw", "body: {maxSize: 10m}\nkeepAlive: {requests: 100}", OLDER),
         nginx("ClientSettingsPolicy", "rt", "HTTPRoute/r", "body: {maxSize: 1m}", NEWER),
     )
-    assert value(view, route("apps", "r"), "ClientSettingsPolicy") == {
+    assert only(view, route("apps", "r"), "ClientSettingsPolicy") == {
         "body": {"maxSize": "1m"},
         "keepAlive": {"requests": 100},
     }
@@ -218,7 +207,7 @@ spec:
         to_kind="Gateway",
     )
     view = store(grant, client("older", "body: {maxSize: 10m}", OLDER), both_targets)
-    assert value(view, route("apps", "r"), "ClientSettingsPolicy") == {
+    assert only(view, route("apps", "r"), "ClientSettingsPolicy") == {
         "body": {"maxSize": "20m"},
         "keepAlive": {"requests": 100},
     }

@@ -99,9 +99,8 @@ class KindProfile:
         principle: never deny what it accepts). Without the CRD, the catalog's limit, else
         GEP-713's 16.
         """
-        properties = (self.spec_schema or {}).get("properties")
-        refs = properties.get("targetRefs") if isinstance(properties, Mapping) else None
-        if isinstance(refs, Mapping):
+        refs = self._spec_property("targetRefs")
+        if refs is not None:
             limit = refs.get("maxItems")
             return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
         return self.max_target_refs
@@ -116,14 +115,19 @@ class KindProfile:
         comes from a CRD that lets it out. Without the CRD, the catalog's word, else GEP-713's
         types (required).
         """
-        properties = (self.spec_schema or {}).get("properties")
-        ref = properties.get(field) if isinstance(properties, Mapping) else None
-        if isinstance(ref, Mapping) and field == "targetRefs":
+        ref = self._spec_property(field)
+        if ref is not None and field == "targetRefs":
             ref = ref.get("items")
         if isinstance(ref, Mapping) and isinstance(ref.get("properties"), Mapping):
             required = ref.get("required")
             return isinstance(required, list) and "group" in required
         return not self.target_group_optional
+
+    def _spec_property(self, name: str) -> Mapping[str, Any] | None:
+        """The installed CRD's schema of `spec.<name>`, where it describes one."""
+        properties = (self.spec_schema or {}).get("properties")
+        found = properties.get(name) if isinstance(properties, Mapping) else None
+        return found if isinstance(found, Mapping) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,6 +186,7 @@ def _conflicts(policy: Policy, view: ClusterView) -> Iterable[Finding]:
         for ref in policy.targets
     }
     selector_field = policy.selectors[0].field if policy.selectors else "spec"
+    vendor_rule = view.profile(policy.key.group_kind).conflict_keys is not None
     for target, section in policy_targets(policy, view):
         obj = view.get(target)
         for other in view.policies_targeting(target):
@@ -194,7 +195,7 @@ def _conflicts(policy: Policy, view: ClusterView) -> Iterable[Finding]:
             if section not in other.sections_on(target, obj):
                 continue
             where = target.display(section)
-            if view.profile(policy.key.group_kind).conflict_keys is not None:
+            if vendor_rule:
                 message = _vendor_conflict(policy, other, where, view)
             elif policy.policy_class == "Direct":
                 message = _direct_conflict(policy, other, where)
