@@ -221,6 +221,38 @@ spec:
     ]
 
 
+def c04(view: Store, text: str) -> list[str]:
+    return [
+        j.finding.message for j in verdict_of(view, text).judged if j.finding.rule_id == "PA-C04"
+    ]
+
+
+def test_the_impact_preview_of_a_policy_conflicted_on_arrival_changes_nothing() -> None:
+    """SPEC PA-C04 by the vendor's rule: field by field its keepAlive would be a change."""
+    view = store(client("older", "body: {maxSize: 10m}", OLDER))
+    assert (
+        c04(view, client("newer", "body: {maxSize: 20m}\nkeepAlive: {requests: 100}", NEWER)) == []
+    )
+
+
+def test_the_impact_preview_of_a_policy_that_merges_shows_its_own_fields_only() -> None:
+    """Older, it would win whole by SPEC §5.1 and take the other one's fields away."""
+    view = store(upstream("later", "zoneSize: 2m", NEWER))
+    assert c04(view, upstream("earlier", "keepAlive: {connections: 8}", OLDER)) == [
+        "changes keepAlive.connections on 1 Service (apps/foo unset→8)"
+    ]
+
+
+def test_the_impact_preview_shows_what_a_policy_takes_from_one_it_makes_conflicted() -> None:
+    """Here SPEC's rule and the vendor's agree (the older one alone applies); pinned so the
+    preview keeps saying what the Conflicted one loses."""
+    view = store(upstream("later", "zoneSize: 2m\nloadBalancingMethod: random", NEWER))
+    assert c04(view, upstream("earlier", "zoneSize: 1m", OLDER)) == [
+        "changes loadBalancingMethod on 1 Service (apps/foo random→unset)",
+        "changes zoneSize on 1 Service (apps/foo 2m→1m)",
+    ]
+
+
 # --- the same properties as every kind (SPEC §5.8): cached and reviewed answers stay fresh ----
 
 NGINX_UPSERT = st.tuples(st.just("upsert"), changes.nginx_policy_docs())
