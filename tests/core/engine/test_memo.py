@@ -336,7 +336,8 @@ def test_an_overlay_computes_what_the_changed_cluster_would(
 ) -> None:
     """What admission computes on "the cluster with this policy" (an overlay that reuses the
     store's warm memos) equals a computation on a store that holds the change for real — also
-    one kind at a time, as the impact preview asks (`only`: none where the kind is not met)."""
+    one kind at a time, as the impact preview asks (`only`: none where the kind is not met),
+    and for all the objects at once (`compute_kind`, in either view)."""
     store = changes.base_store()
     for op in start:
         changes.apply(store, op)
@@ -368,6 +369,13 @@ def test_an_overlay_computes_what_the_changed_cluster_would(
         assert summary.summarize(key, overlay, changes.SETTINGS) == summary.summarize(
             key, after, changes.SETTINGS
         ), key
+    before = changes.rebuilt(store)
+    for gk in policy_kinds:
+        for view, fresh in ((overlay, after), (store, before)):
+            one_by_one = {
+                key: next(iter(effective.compute(key, fresh, only=gk)), None) for key in keys
+            }
+            assert effective.compute_kind(keys, view, gk) == one_by_one, gk
 
 
 # --- catching up on the store's writes, one object at a time (issue 18) -------------------------

@@ -24,8 +24,9 @@ from tests.fixtures.engine import (
     service,
     store_of,
 )
+from webhook.core.engine import effective
 from webhook.core.model.profiles import OperatorConfig
-from webhook.core.model.refs import ObjectKey
+from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.state.overlay import OverlayView
 
 T0, T1 = "2024-05-01T10:00:00Z", "2024-05-01T10:00:01Z"
@@ -455,6 +456,26 @@ def test_field_map(
     if stanza == "object":
         assert ctx.sources["/timeout"].policy is None
         assert ctx.sources["/timeout"].at == "HTTPRoute/apps/r"
+
+
+@pytest.mark.parametrize("first", ["r", "plain"])
+def test_objects_answered_together_keep_their_own_values(first: str) -> None:
+    """`compute_kind` answers the objects of an impact preview together, and objects that
+    meet the same rungs share one answer: not one whose own value takes part (SPEC §5.9)."""
+    plain = ROUTE_WITH_TIMEOUT.replace("name: r,", "name: plain,").replace(
+        "timeouts: {request: 5s}, ", ""
+    )
+    gateway_default = policy("d", "Gateway/gw", "default: {timeout: 20s}", kind="TimeoutPolicy")
+    store = store_of(
+        CRDS, CLUSTER, f"---\n{gateway_default}", ROUTE_WITH_TIMEOUT, plain, config=FIELD_MAP
+    )
+    keys = [route("apps", first), route("apps", "plain" if first == "r" else "r")]
+    found = effective.compute_kind(keys, store, GroupKind("policies.example.com", "TimeoutPolicy"))
+    for key, expected in ((route("apps", "r"), "5s"), (route("apps", "plain"), "20s")):
+        result = found[key]
+        assert result is not None
+        assert [ctx.effective for ctx in result.contexts] == [{"timeout": expected}], key
+        assert result == result_of(store, key, "TimeoutPolicy"), key
 
 
 # --- who may attach where -------------------------------------------------------------------

@@ -97,13 +97,15 @@ def reach(policy: Policy, view: ClusterView) -> PolicyReach:
     displays = frozenset(target.display(section) for target, section in points)
     objects: list[Reached] = []
     policy_class: PolicyClass = profile.policy_class or policy.policy_class
-    for key in kinds.in_ladder_order(candidates):
-        for result in effective.compute(key, view, only=gk):
-            policy_class = result.policy_class
-            if policy.ref in result.policies:
-                outcomes = _outcomes(result.contexts, policy.ref, displays)
-                if outcomes:
-                    objects.append(Reached(key, outcomes))
+    results = effective.compute_kind(kinds.in_ladder_order(candidates), view, gk)
+    for key, result in results.items():
+        if result is None:
+            continue
+        policy_class = result.policy_class
+        if policy.ref in result.policies:
+            outcomes = _outcomes(result.contexts, policy.ref, displays)
+            if outcomes:
+                objects.append(Reached(key, outcomes))
     attached = tuple(
         AttachmentPoint(target.display(section), view.get(target) is not None)
         for target, section in points

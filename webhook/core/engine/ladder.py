@@ -68,21 +68,46 @@ def reached(
     `with_kinds=False`: a caller that asks about one kind only (an impact preview) needs no
     list of the kinds met, and on an overlay of policies none is made (`kinds` is empty there:
     a tenth of the preview's "after" half was that list)."""
-    memo = ladders_of(view) if key.group_kind in kinds.ANNOTATED_KINDS else None
-    found = memo.reached.get(key) if memo is not None else None
-    if found is None:
-        moves = moved_attachments(view)
-        if moves is not None:
-            base, moved = moves
-            below = reached(key, obj, base, Attachments(base, engine_of(base)))
-            return _moved(key, below, moved, attachments, with_kinds)
-        ladder = ladder_of(hierarchy.kept_contexts(key, view), attachments)
-        found = Reached(
-            *ladder, _kinds_met(key, ladder, attachments), kinds.section_names(key.group_kind, obj)
-        )
-        if memo is not None:
-            found = memo.reached[key] = _with_shared_parts(found, memo.shared)
-    return found
+    return Standings(view, attachments, with_kinds=with_kinds).of(key, obj)
+
+
+class Standings:
+    """`reached` for any number of objects of one view in one state: what it asks of the view
+    itself (its ladder memo; for an overlay of policies, its base and the keys they move) is
+    asked once, not for each of an impact preview's objects."""
+
+    __slots__ = ("_attachments", "_below", "_memo", "_moved", "_view", "_with_kinds")
+
+    def __init__(self, view: ClusterView, attachments: Attachments, *, with_kinds: bool) -> None:
+        self._view = view
+        self._attachments = attachments
+        self._with_kinds = with_kinds
+        self._memo = ladders_of(view)
+        self._below: Standings | None = None  # the base's, for an overlay that moves policies
+        self._moved: frozenset[ObjectKey] = frozenset()
+        if self._memo is None:
+            moves = moved_attachments(view)
+            if moves is not None:
+                base, self._moved = moves
+                self._below = Standings(base, Attachments(base, engine_of(base)), with_kinds=True)
+
+    def of(self, key: ObjectKey, obj: Mapping[str, Any]) -> Reached:
+        memo = self._memo if (key.group, key.kind) in kinds.ANNOTATED_KINDS else None
+        found = memo.reached.get(key) if memo is not None else None
+        if found is None:
+            attachments = self._attachments
+            if self._below is not None:
+                below = self._below.of(key, obj)
+                return _moved(key, below, self._moved, attachments, self._with_kinds)
+            ladder = ladder_of(hierarchy.kept_contexts(key, self._view), attachments)
+            found = Reached(
+                *ladder,
+                _kinds_met(key, ladder, attachments),
+                kinds.section_names(key.group_kind, obj),
+            )
+            if memo is not None:
+                found = memo.reached[key] = _with_shared_parts(found, memo.shared)
+        return found
 
 
 def _moved(

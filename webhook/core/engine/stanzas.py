@@ -62,6 +62,8 @@ def object_leaves(profile: KindProfile, obj: Mapping[str, Any]) -> dict[leaves.P
     """SPEC §5.9: the target object's own values at the kind's `fieldMap` pointers, as leaves
     of the settings they stand for."""
     out: dict[leaves.Path, Any] = {}
+    if not profile.field_map:  # most kinds: asked of every object an impact preview shows
+        return out
     schema = stanza_schema(profile.spec_schema, "default")
     for setting, field in sorted(profile.field_map.items()):
         value = pointer.resolve(obj, field)

@@ -62,9 +62,9 @@ def policy_findings(
     old_policy = read_policy(old, view.profile(gk)) if old is not None else None
     placed = [(policy, after), *([(old_policy, before)] if old_policy else [])]
     sample, total = _reach(settings.max_impact_objects, *placed)
-    results_after = {key: _kind_result(key, after, gk) for key in sample}
+    results_after = effective.compute_kind(sample, after, gk)
     findings = _standing(policy, after, results_after)
-    results_before = {key: _kind_result(key, before, gk) for key in sample}
+    results_before = effective.compute_kind(sample, before, gk)
     findings += _preview(
         results_before,
         results_after,
@@ -84,7 +84,7 @@ def stored_policy_findings(
     the findings can change only when one of those, or what the policy targets, changes."""
     gk = policy.key.group_kind
     sample, _ = _reach(settings.max_impact_objects, (policy, view))
-    results = {key: _kind_result(key, view, gk) for key in sample}
+    results = effective.compute_kind(sample, view, gk)
     return _standing(policy, view, results), frozenset(sample)
 
 
@@ -126,8 +126,8 @@ def delete_findings(
         return []
     after = _without(view, key)
     sample, total = _reach(settings.max_impact_objects, (policy, view))
-    before = {k: _kind_result(k, view, gk) for k in sample}
-    after_results = {k: _kind_result(k, after, gk) for k in sample}
+    before = effective.compute_kind(sample, view, gk)
+    after_results = effective.compute_kind(sample, after, gk)
     return list(
         _preview(
             before,
@@ -171,10 +171,6 @@ def _settings_schema(profile: KindProfile) -> leaves.Schema:
     """The schema of a kind's settings as `effective` holds them: a stanza's, or the spec's
     for a kind whose settings sit in the spec itself (Direct kinds, implicit defaults)."""
     return stanza_schema(profile.spec_schema, "default") or profile.spec_schema
-
-
-def _kind_result(key: ObjectKey, view: ClusterView, gk: GroupKind) -> KindResult | None:
-    return next(iter(effective.compute(key, view, only=gk)), None)
 
 
 # --- PA-C01 ----------------------------------------------------------------------------------
@@ -408,6 +404,7 @@ def _field_values(
     if result is None:
         return {}
     seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    paths = result.all_paths
     for group in result.groups:
         found = shorts.get(id(group.effective))
         if found is None:
@@ -416,9 +413,10 @@ def _field_values(
                 for path, value in leaves.leaves(group.effective, schema).items()
             ]
             found = shorts[id(group.effective)] = _Shorts(group.effective, fields)
-        for i in group.indices:
-            path = result.all_paths[i]
-            at = seen[path[-1] if path else key.display()]
+        # Where each context ends, once: a Service's thousand contexts end at one or two.
+        ends = {paths[i][-1] if paths[i] else key.display() for i in group.indices}
+        for where in ends:
+            at = seen[where]
             for name, text in found.fields:
                 at[name].add(text)
     return {
