@@ -460,8 +460,8 @@ def test_field_map(
 
 @pytest.mark.parametrize("first", ["r", "plain"])
 def test_objects_answered_together_keep_their_own_values(first: str) -> None:
-    """`compute_kind` answers the objects of an impact preview together, and objects that
-    meet the same rungs share one answer: not one whose own value takes part (SPEC §5.9)."""
+    """`compute_kind` answers the objects of an impact preview together: each by its own
+    values (SPEC §5.9), as `compute` does, whichever object it answered before it."""
     plain = ROUTE_WITH_TIMEOUT.replace("name: r,", "name: plain,").replace(
         "timeouts: {request: 5s}, ", ""
     )

@@ -133,9 +133,10 @@ def compute_kind(
     """`compute(key, view, only=gk)` for each of `keys`, losers included: what an impact
     preview asks of its 25 objects, in the view before the change and in the one after.
 
-    One kind's rules serve them all, so what the objects share is found once: the objects
-    below one Gateway meet the same rungs (their ladders share equal rung groups), and each
-    such group's levels and boards are the same for every one of them (`_KindRules`)."""
+    One kind's rules and one reading of the view serve them all (`ladder.Standings`): what
+    the engine asks of the view itself, not of each object, is asked once per view. (The
+    levels and groups of equal rung groups kept across the objects as well: measured, not
+    adopted, *Choices* on docs/performance.md.)"""
     evaluation = _Evaluation.of(view, with_losers=True)
     rules = _KindRules(view.profile(gk), evaluation)
     standings = ladder.Standings(view, evaluation.attachments, with_kinds=False)
@@ -164,8 +165,6 @@ def part_of(contexts: Sequence[Context], view: ClusterView) -> Part:
 
 
 Signature = tuple[Rung, ...]  # the rungs of a context holding a kind's policies, root first
-RungGroupKey = tuple[tuple[Rung, ...], tuple[int, ...]]  # a ladder's rung group, hashable
-_Answer = tuple[list["ResultGroup"], set[str]]  # an Inherited kind's groups, and the policies met
 
 
 def signatures_of(
@@ -274,10 +273,6 @@ class _KindRules:
         self.gk = profile.group_kind
         self.evaluation = evaluation
         self.leaves = StanzaLeaves(profile, evaluation.engine_memo)
-        # For the objects one instance answers (`compute_kind`): what their equal rung groups
-        # give, found once. Valid while the instance is: one state of the view.
-        self._levels: dict[tuple[Rung, ...], list[tuple[Rung, Sequence[Policy]]]] = {}
-        self._answers: dict[tuple[RungGroupKey, ...], _Answer | None] = {}
 
     def apply(
         self, key: ObjectKey, obj: Mapping[str, Any], standing: ladder.Reached
@@ -378,39 +373,21 @@ class _KindRules:
         if targeted:  # variants ending at a targeted section: their policy rungs differ
             contexts = hierarchy.with_sections(list(lad.contexts), key, targeted)
             lad = ladder.ladder_of(contexts, self.evaluation.attachments)
-        from_object = object_leaves(self.profile, obj)
-        if from_object:  # the object's own values take part (SPEC §5.9): its answer alone
-            answer = self._answer(lad, from_object, key.display())
-        else:  # the rung groups alone decide it: the same for every object that has them
-            shape = tuple((rungs, tuple(indices)) for rungs, indices in lad.rung_groups)
-            if shape in self._answers:
-                answer = self._answers[shape]
-            else:
-                answer = self._answers[shape] = self._answer(lad, from_object, key.display())
-        if answer is None:
-            return None
-        groups, refs = answer
-        return self._result("Inherited", groups, refs, lad)
-
-    def _answer(
-        self, lad: Ladder, from_object: Mapping[leaves.Path, Any], object_at: str
-    ) -> _Answer | None:
-        """The groups of the ladder's contexts and the policies met; None where none is."""
         levels = {rungs: self.levels(rungs) for rungs, _ in lad.rung_groups}
         refs = {p.ref for found in levels.values() for _, ps in found for p in ps}
         if not refs:
             return None
-        return self._shared_boards(lad, levels, from_object, object_at), refs
+        from_object = object_leaves(self.profile, obj)
+        groups = self._shared_boards(lad, levels, from_object, key.display())
+        return self._result("Inherited", groups, refs, lad)
 
     def levels(self, rungs: tuple[Rung, ...]) -> list[tuple[Rung, Sequence[Policy]]]:
         """The rungs holding a policy of this kind, with those policies, root first."""
-        found = self._levels.get(rungs)
-        if found is None:
-            found = self._levels[rungs] = []
-            for rung in rungs:
-                policies = self.evaluation.attachments.at(rung).get(self.gk)
-                if policies:
-                    found.append((rung, policies))
+        found = []
+        for rung in rungs:
+            policies = self.evaluation.attachments.at(rung).get(self.gk)
+            if policies:
+                found.append((rung, policies))
         return found
 
     def _shared_boards(

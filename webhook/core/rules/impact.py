@@ -404,7 +404,6 @@ def _field_values(
     if result is None:
         return {}
     seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    paths = result.all_paths
     for group in result.groups:
         found = shorts.get(id(group.effective))
         if found is None:
@@ -413,10 +412,9 @@ def _field_values(
                 for path, value in leaves.leaves(group.effective, schema).items()
             ]
             found = shorts[id(group.effective)] = _Shorts(group.effective, fields)
-        # Where each context ends, once: a Service's thousand contexts end at one or two.
-        ends = {paths[i][-1] if paths[i] else key.display() for i in group.indices}
-        for where in ends:
-            at = seen[where]
+        for i in group.indices:
+            path = result.all_paths[i]
+            at = seen[path[-1] if path else key.display()]
             for name, text in found.fields:
                 at[name].add(text)
     return {
