@@ -4,8 +4,8 @@
     python -m bench.side_by_side --baseline REV --mix mutate --reps 10
 
 On this shared machine a neighbour's burst moves a whole process's timings by half (the same
-code's Gateway-wide reviews had a median of 3.2 ms in one process and 5.2 ms in the next, a
-minute apart), so processes run in turn resolve a change of a fifth at best. Here the
+code's Gateway- and Namespace-wide reviews had a median of 5.5 ms in one process and 8.1 ms in
+another, minutes apart), so processes run in turn resolve a change of a fifth at best. Here the
 baseline's `webhook/` (`git archive` of REV: nothing in the repository is written) and this
 tree's are imported into one process, each as a set of modules of its own, and each gets a
 store of the same synthetic cluster as `bench.scale` makes it: loaded, every summary computed,
