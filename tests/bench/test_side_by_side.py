@@ -18,9 +18,10 @@ Versions = tuple[side_by_side.Version, side_by_side.Version, list[tuple[str, dic
 
 @pytest.fixture(scope="module")
 def versions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Versions]:
-    """HEAD's `webhook/` and this tree's, each holding the same small cluster."""
+    """A copy of this tree's `webhook/` (where a baseline's `git archive` would go; a checkout
+    without `.git` runs this too) and this tree's, each holding the same small cluster."""
     folder = tmp_path_factory.mktemp("baseline")
-    snapshot.extract_revision("HEAD", folder)
+    shutil.copytree(snapshot.REPO / "webhook", folder / "webhook")
     base = side_by_side.load("base", folder)
     ours = side_by_side.load("ours", snapshot.REPO)
     shutil.rmtree(folder)
