@@ -257,7 +257,7 @@ def measure(
     calibration.append(_reference_ms())
     out["decision_passes"] = DECISION_PASSES
     # Each pass meets the reach below rungs as the first met it: none of its targets walked.
-    reaches = _kept_reaches(store)
+    reaches = kept_reaches(store)
     out.update(
         _decisions(
             "validate", admission.validate, validate_mix, store, settings, before_pass=reaches
@@ -387,7 +387,7 @@ def converge(
     return written
 
 
-def _kept_reaches(store: Store) -> Callable[[], None]:
+def kept_reaches(store: Store) -> Callable[[], None]:
     """A function that puts the reach kept below rungs (`memo.StructureMemo.reach`) back as it
     is now: before each pass of the validation mix, so that each meets the same walks."""
     structure = memo.shared_structure(store)

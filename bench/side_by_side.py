@@ -40,15 +40,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import orjson
-
+import bench
 from bench import scale, snapshot, traffic
 from webhook.shell.process import heap  # gc as `serve` runs it: one collector for both
 
 OUT = snapshot.REPO / "bench" / "out" / "side_by_side.json"
-SLOWEST = 12  # of the light reviews, reported apart: the p99 of 200 is among them
+SLOWEST = 12  # the light reviews slowest in the baseline, reported apart from the wide ones
 
-# What a version is driven through, by its module paths.
+# What a version is driven through, by its module paths. `bench.scale` is imported anew for
+# each version too: its phases (load, converge, the reach put back) then run that version's code.
 _MODULES = {
     "validation": "webhook.core.admission.validation",
     "mutation": "webhook.core.admission.mutation",
@@ -58,17 +58,18 @@ _MODULES = {
     "refs": "webhook.core.model.refs",
     "settings": "webhook.core.model.settings",
     "store": "webhook.core.state.store",
-    "trim": "webhook.core.state.trim",
+    "scale": "bench.scale",
 }
 
 
 @dataclass
 class Version:
-    """One version's modules (all of `webhook`, kept apart from `sys.modules`) and its state."""
+    """One version's modules (all of `webhook`, and its own `bench.scale`, kept apart from
+    `sys.modules`) and its state."""
 
     name: str
     modules: dict[str, ModuleType]
-    graph: dict[str, ModuleType]  # every `webhook.*` module of this version, by name
+    graph: dict[str, ModuleType]  # every module of this version, by name
     state: Any = None  # the store, once built
     settings: Any = None
     put_back: Callable[[], None] = field(default=lambda: None)
@@ -77,88 +78,66 @@ class Version:
     def active(self) -> Iterator[None]:
         """This version's modules in `sys.modules` for the block: an import made while its code
         runs (none on the decision path today) finds its own version, not the other's."""
-        saved = {name: sys.modules.pop(name) for name in list(sys.modules) if _ours(name)}
+        saved = _set_apart()
         sys.modules.update(self.graph)
         try:
             yield
         finally:
-            for name in [name for name in sys.modules if _ours(name)]:
-                del sys.modules[name]
-            sys.modules.update(saved)
+            _set_apart()
+            _put_back(saved)
 
 
 def _ours(name: str) -> bool:
-    return name == "webhook" or name.startswith("webhook.")
+    return name in ("webhook", "bench.scale") or name.startswith("webhook.")
+
+
+def _set_apart() -> dict[str, ModuleType]:
+    """Every module of a version taken out of `sys.modules`, and returned."""
+    return {name: sys.modules.pop(name) for name in list(sys.modules) if _ours(name)}
+
+
+def _put_back(modules: dict[str, ModuleType]) -> None:
+    """`modules` into `sys.modules` again, and `bench.scale` as the `bench` package's attribute
+    (an import of a submodule sets it on the package)."""
+    sys.modules.update(modules)
+    if "bench.scale" in modules:
+        bench.scale = modules["bench.scale"]
 
 
 def load(name: str, root: Path) -> Version:
-    """`webhook` as found under `root`, imported afresh and then set apart from `sys.modules`,
-    so that the next import of `webhook` is another version's."""
-    kept = {n: sys.modules.pop(n) for n in list(sys.modules) if _ours(n)}
+    """`webhook` as found under `root`, and `bench.scale` on it, imported afresh and then set
+    apart from `sys.modules`, so that the next import of either is another version's."""
+    kept = _set_apart()
     sys.path.insert(0, str(root))
     try:
         modules = {short: importlib.import_module(path) for short, path in _MODULES.items()}
-        graph = {n: m for n, m in sys.modules.items() if _ours(n)}
     finally:
         sys.path.remove(str(root))
-        for n in [n for n in sys.modules if _ours(n)]:
-            del sys.modules[n]
-        sys.modules.update(kept)
+        graph = _set_apart()
+        _put_back(kept)
     return Version(name, modules, graph)
 
 
 def build_state(version: Version, lines: list[bytes], keys: list[tuple[str, ...]]) -> None:
-    """The cluster in this version's store as `bench.scale` holds it before its decisions:
-    every object trimmed and stored, every summary computed through the cache, every annotated
-    object written back with its value (a converged leader's state)."""
-    m = version.modules
+    """The cluster in this version's store as `bench.scale` holds it before its decisions, by
+    that version's own phases: every object trimmed and stored, every summary computed
+    through the cache, every annotated object written back with its value (a converged
+    leader's state); and the reach kept below rungs, to be put back before each review."""
+    m, phases = version.modules, version.modules["scale"]
     settings = m["settings"].Settings()
     store = m["store"].Store()
-    cache = m["cache"].SummaryCache(store, settings, maxsize=max(65_536, len(keys)))
+    cache = m["cache"].SummaryCache(
+        store, settings, maxsize=max(m["cache"].DEFAULT_MAXSIZE, len(keys))
+    )
     with version.active():
-        for text in lines:
-            store.upsert(m["trim"].trim(orjson.loads(text), parts=store.parts))
-        held = {key: key for gk in list(store.all_kinds()) for key in store.keys(gk)}
-        object_key = m["refs"].ObjectKey
-        stored = [held.get(object_key(*key), object_key(*key)) for key in keys]
+        phases.load(lines, store)
+        stored = phases.stored_keys([m["refs"].ObjectKey(*key) for key in keys], store)
         m["memo"].index_of(store)
         for key in stored:
             cache.get(key)
-        scale_converge(version, stored, store, cache, settings.annotation_key)
+        phases.converge(stored, store, cache.get, settings.annotation_key)
     version.state, version.settings = store, settings
-    version.put_back = _reach_as_now(version)
-
-
-def scale_converge(version: Version, keys: list[Any], store: Any, cache: Any, key: str) -> None:
-    """`bench.scale.converge` with this version's own modules."""
-    m = version.modules
-    log = getattr(m["store"], "WRITE_LOG", 1000)
-    for i, found in enumerate(keys):
-        if i % max(1, log // 2) == 0:
-            m["memo"].index_of(store)
-        value, obj = cache.get(found), store.get(found)
-        if value is None or obj is None:
-            continue
-        event = {**obj, "metadata": {**obj["metadata"], "annotations": {key: value}}}
-        store.upsert(m["trim"].trim(event, keep_annotation=key, parts=store.parts))
-
-
-def _reach_as_now(version: Version) -> Callable[[], None]:
-    """Puts the reach kept below rungs back as it is now (`bench.scale._kept_reaches`)."""
-    structure = version.modules["memo"].shared_structure(version.state)
-    if structure is None:
-        return lambda: None
-    reach, reached = dict(structure.reach), structure.reached
-    reach_at = {key: list(kept) for key, kept in structure.reach_at.items()}
-
-    def put_back() -> None:
-        if version.modules["memo"].shared_structure(version.state) is not structure:
-            return
-        structure.reach = dict(reach)
-        structure.reach_at = {key: list(kept) for key, kept in reach_at.items()}
-        structure.reached = reached
-
-    return put_back
+    version.put_back = phases.kept_reaches(store)
 
 
 def decide(version: Version, mix: str, request: dict[str, Any]) -> tuple[float, bytes]:

@@ -120,7 +120,7 @@ def test_each_validation_pass_meets_the_reach_the_first_met() -> None:
     structure = memo.shared_structure(store)
     assert structure is not None
     first = dict(structure.reach), {k: list(v) for k, v in structure.reach_at.items()}
-    put_back = scale._kept_reaches(store)
+    put_back = scale.kept_reaches(store)
     # A pass walks more below the same rung: the rung's list of reaches grows in place.
     hierarchy.reach_in_order(target, None, store, inherited=False)
     assert (target, None, False) in structure.reach

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import bench
 from bench import scale, side_by_side, snapshot
 
 Versions = tuple[side_by_side.Version, side_by_side.Version, list[tuple[str, dict[str, Any]]]]
@@ -48,6 +49,9 @@ def test_each_version_runs_its_own_modules_and_leaves_sys_modules_as_it_was(
     with ours.active():
         assert sys.modules["webhook.core.model.refs"] is ours.modules["refs"]
     assert sys.modules["webhook.core.model.refs"] is here
+    # Each version's scale phases run its own code; this process's stay as imported.
+    assert base.modules["scale"].Store is base.modules["store"].Store
+    assert sys.modules["bench.scale"] is scale and bench.scale is scale
 
 
 def test_the_same_code_on_both_sides_answers_every_review_alike(

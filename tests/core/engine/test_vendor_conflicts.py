@@ -32,7 +32,7 @@ from tests.fixtures.paths import REALWORLD
 from webhook.core.annotation import summary
 from webhook.core.annotation.cache import SummaryCache
 from webhook.core.engine import effective
-from webhook.core.model.refs import ObjectKey
+from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import Store
 
@@ -296,8 +296,9 @@ def test_cached_values_with_the_vendor_rule_always_equal_a_fresh_computation(
 def test_a_reviewed_policy_of_the_vendor_is_computed_as_the_changed_cluster_would(
     start: list[changes.Op], change: changes.Op
 ) -> None:
-    """The impact preview's "after" (an overlay on the store's warm memos) against a store
-    that holds the change for real: the rule reads only the policies at one target."""
+    """The impact preview's "after" (an overlay on the store's warm memos, all its objects
+    answered at once as the preview asks) against a store that holds the change for real:
+    the rule reads only the policies at one target."""
     view = changes.base_store()
     for op in start:
         changes.apply(view, op)
@@ -315,3 +316,6 @@ def test_a_reviewed_policy_of_the_vendor_is_computed_as_the_changed_cluster_woul
         assert summary.summarize(key, overlay, changes.SETTINGS) == summary.summarize(
             key, after, changes.SETTINGS
         ), key
+    for gk in (GroupKind(changes.NGINX_GROUP, kind) for kind in sorted(changes.NGINX_KINDS)):
+        fresh = {key: next(iter(effective.compute(key, after, only=gk)), None) for key in keys}
+        assert effective.compute_kind(keys, overlay, gk) == fresh, gk

@@ -533,7 +533,7 @@ class _KindRules:
     def conflicted(self, policies: Sequence[Policy]) -> list[Conflict]:
         """Of `policies` on one target, in SPEC §4.4 order, those the kind's vendor makes
         Conflicted there (catalog `conflict_keys`): a policy that sets a field which an earlier
-        one, not itself Conflicted, sets too. None for a kind that follows SPEC's rule."""
+        one, not itself Conflicted, sets too. None of them for a kind that follows SPEC's rule."""
         keys = self.profile.conflict_keys
         if keys is None or len(policies) < 2:
             return []
