@@ -243,7 +243,15 @@ def _code(text: prose.Prose, parts: Mapping[str, Any]) -> list[str]:
     first = next(iter(codes.values()))
     if len(digests) == 1 and not changed:
         dirty = text.aside("code_dirty", {}) if first.get("webhook_dirty") else ""
-        return text.block("code_same", first, dirty=dirty)
+        by_commit: dict[str, list[str]] = {}
+        for name, c in codes.items():
+            by_commit.setdefault(c["commit"], []).append(name)
+        if len(by_commit) == 1:
+            return text.block("code_same", first, dirty=dirty)
+        # A part run again after a change outside `webhook/` (the harness): the same product
+        # code, measured from two commits.
+        commits = "; ".join(f"`{c}`: {', '.join(names)}" for c, names in by_commit.items())
+        return text.block("code_same_webhook", first, dirty=dirty, commits=commits)
     return text.block(
         "code_differs",
         {},

@@ -112,6 +112,10 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
     "uncommitted changes measured": _code(
         "http", "scale", "growth", "profile", "choices", "e2e", webhook_dirty=True
     ),
+    "every part from one commit": _code(
+        "http", "scale", "memory", "growth", "profile", "choices", commit="1234567"
+    ),
+    "parts run from different commits, the same webhook/": _code("http", commit="0000000"),
     "parts that measured different code": _both(
         _code("http", digest="000000000000"), _code("scale", changed_during_part=True)
     ),
