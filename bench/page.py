@@ -249,7 +249,7 @@ def _code(text: prose.Prose, parts: Mapping[str, Any]) -> list[str]:
         if len(by_commit) == 1:
             return text.block("code_same", first, dirty=dirty)
         # A part run again after a change outside `webhook/` (the harness): the same product
-        # code, measured from two commits.
+        # code, measured from more than one commit.
         commits = "; ".join(f"`{c}`: {', '.join(names)}" for c, names in by_commit.items())
         return text.block("code_same_webhook", first, dirty=dirty, commits=commits)
     return text.block(

@@ -18,7 +18,8 @@ as a reconciler would after a policy edit, within ours' default limits (`--recon
 `--reconcile-burst`, `--reconcile-workers`): the floor of a fan-out, each patch coming back
 through its /mutate as ours' patches come back through ours.
 Both print `READY <port>` on stdout once they accept connections (the webhook adds what it
-loaded and its collector's thresholds) and stop on SIGTERM. Logs go
+loaded, its collector's thresholds and how many objects its settled heap froze) and stop on
+SIGTERM. Logs go
 to stderr, which the harness sends to a file.
 
 The webhook also answers `GET /bench/cpu` with the CPU seconds it spent inside the admission
