@@ -102,9 +102,9 @@ def test_a_review_without_user_info_or_with_odd_groups_still_makes_a_line() -> N
     review = request()
     del review["userInfo"]
     assert decisions.decision_of(review, DENIED).user == ""
-    review["userInfo"] = {"username": "u", "groups": "not-a-list"}  # type: ignore[typeddict-item]
+    review["userInfo"] = {"username": "u", "groups": "not-a-list"}
     assert decisions.decision_of(review, DENIED).groups == ()
-    review["userInfo"] = {"username": "u", "groups": ["dev", 7, None, "ops"]}  # type: ignore[list-item]
+    review["userInfo"] = {"username": "u", "groups": ["dev", 7, None, "ops"]}
     assert decisions.decision_of(review, DENIED).groups == ("dev", "ops")
 
 

@@ -44,31 +44,23 @@ class GroupVersionKind(TypedDict):
     kind: str
 
 
-class GroupVersionResource(TypedDict):
-    group: str
-    version: str
-    resource: str
-
-
-class UserInfo(TypedDict, total=False):
-    username: str
-    uid: str
-    groups: list[str]
-
-
 class Request(TypedDict):
+    """An AdmissionReview's request as `decode_review` returns it: a field is typed as the
+    API server sends it where `decode_review` checks it, `object` where it does not (read with
+    a check of its own, such as `is True`), so that no reader trusts a type nobody checked."""
+
     uid: str
     kind: GroupVersionKind
-    resource: GroupVersionResource
+    resource: NotRequired[object]  # {group, version, resource} from a live API server
     subResource: NotRequired[str]
     name: NotRequired[str]
     namespace: NotRequired[str]
     operation: Operation
-    userInfo: NotRequired[UserInfo]
+    userInfo: NotRequired[object]  # {username, uid, groups, extra} from a live API server
     object: NotRequired[dict[str, Any] | None]
     oldObject: NotRequired[dict[str, Any] | None]
-    dryRun: NotRequired[bool]
-    options: NotRequired[dict[str, Any] | None]
+    dryRun: NotRequired[object]  # a bool from a live API server
+    options: NotRequired[object]
 
 
 class StatusCause(TypedDict):
