@@ -5,6 +5,7 @@
     python -m bench.e2e --profile    # the same, with py-spy on ours (writes e2e-profile-*.txt)
     python -m bench.e2e --gil        # the same, sampling ours only while it holds the GIL
     python -m bench.e2e --baseline REV   # also ours as of REV, alternating: a change's ratio
+    python -m bench.e2e --baseline DIR   # ... or of a folder's webhook/ (e.g. compiled)
 
 Four set-ups side by side, the order flipping every round: no webhook registered, a no-op
 webhook registered with the shipped configurations, the *floor* (that no-op adding an annotation
@@ -54,7 +55,7 @@ class E2EConfig:
     fast_qps: float | None  # a second fan-out with this ceiling (None: only the default)
     profile: bool = False
     profile_gil: bool = False  # py-spy `--gil`: samples of ours while it runs Python
-    baseline: str | None = None  # a revision whose `webhook/` runs as a fourth set-up, `base`
+    baseline: str | None = None  # a revision or a folder: its `webhook/` is set-up `base`
 
 
 FULL = E2EConfig((300, 3000), (4, 3), (100, 300, 1000, 3000), probes=20, fast_qps=1000.0)
@@ -448,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline",
         metavar="REV",
-        help="also run ours as of REV (set-up `base`): a change's ratio",
+        help="also run ours as of REV, or of a folder holding a webhook/ (set-up `base`)",
     )
     args = parser.parse_args(argv)
     config = replace(

@@ -5,12 +5,14 @@ half-way through a change may not even import. So `webhook/` (and the example CR
 a commit, read with `git archive` (nothing in the repository is written), and `bench/` from the
 working tree, since the harness is what is being run. Every measuring process starts in that
 folder (`bench.snapshot.code_root()`), as the other parts' processes start in their snapshot.
+A baseline (`--baseline`) may also be a folder: its `webhook/` as it is, built another way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.machinery
 import os
 import shutil
 import subprocess
@@ -22,6 +24,7 @@ from typing import Any
 from bench import snapshot
 
 _ENV = "BENCH_CODE_ROOT"  # what `snapshot.code_root()` reads
+_EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)  # a compiled module's file names
 
 
 @contextlib.contextmanager
@@ -40,25 +43,48 @@ def committed(rev: str = "HEAD") -> Iterator[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def extracted(rev: str) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """`webhook/` as of `rev` (and `bench/` as it is) in a folder of its own, for the block:
+def extracted(source: str) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """`webhook/` of `source` (and `bench/` as it is) in a folder of its own, for the block:
     the folder and the code's identity. `committed` makes it every process's; a baseline
-    (`--baseline`) is started from its folder explicitly."""
+    (`--baseline`) is started from its folder explicitly.
+
+    `source` is a revision, or a folder holding a `webhook/` that no commit holds as it is: a
+    copy built another way, such as one with its modules compiled to extensions, which are
+    copied with it (a baseline of that build, alternating with the committed code)."""
     folder = Path(tempfile.mkdtemp(prefix="bench-e2e-code-"))
+    ignore = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
     try:
-        snapshot.extract_revision(rev, folder)
-        ignore = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
+        given = Path(source)
+        if given.is_dir():
+            shutil.copytree(given / "webhook", folder / "webhook", ignore=ignore)
+            for shared in given.iterdir():  # mypyc puts the runtime its modules share beside them
+                if shared.is_file() and shared.name.endswith(_EXTENSIONS):
+                    shutil.copy2(shared, folder / shared.name)
+            shutil.copytree(snapshot.REPO / "examples" / "cluster", folder / "examples" / "cluster")
+        else:
+            snapshot.extract_revision(source, folder)
         shutil.copytree(snapshot.REPO / "bench", folder / "bench", ignore=ignore)
-        yield folder, identity(folder, rev)
+        yield folder, identity(folder, None if given.is_dir() else source)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def identity(folder: Path, rev: str) -> dict[str, Any]:
-    """The commit and a digest of its `webhook/` sources, computed as `snapshot.identity` does."""
+def identity(folder: Path, rev: str | None) -> dict[str, Any]:
+    """The commit (None: a folder, not a commit) and a digest of its `webhook/` sources,
+    computed as `snapshot.identity` does, with how many of its modules are compiled
+    extensions (which the digest of the sources does not see)."""
     digest = hashlib.sha256()
     for path in sorted((folder / "webhook").rglob("*.py")):
         digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    compiled = sum(1 for path in (folder / "webhook").rglob("*") if path.name.endswith(_EXTENSIONS))
+    if rev is None:
+        return {
+            "commit": "folder",
+            "webhook_dirty": True,  # no commit holds it as it is
+            "digest": digest.hexdigest()[:12],
+            "compiled_modules": compiled,
+            "source": "a folder given as the baseline",
+        }
     commit = subprocess.run(
         ["git", "rev-parse", "--short", rev],
         cwd=snapshot.REPO,
@@ -70,5 +96,6 @@ def identity(folder: Path, rev: str) -> dict[str, Any]:
         "commit": commit or rev,
         "webhook_dirty": False,  # a commit, whatever the working tree holds
         "digest": digest.hexdigest()[:12],
+        "compiled_modules": compiled,
         "source": f"git archive {rev}",
     }

@@ -1,0 +1,32 @@
+"""Which webhook the end-to-end benchmark runs as its baseline (`bench.e2e_code.extracted`): a
+folder's `webhook/` — a copy built another way, such as one compiled to extensions — is run as
+it is, compiled modules included, and said to be a folder, not a commit."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import shutil
+from pathlib import Path
+
+from bench import e2e_code, snapshot
+
+
+def test_a_folder_baseline_runs_its_own_webhook_with_its_compiled_modules(tmp_path: Path) -> None:
+    given = tmp_path / "built"
+    shutil.copytree(snapshot.REPO / "webhook", given / "webhook")
+    compiled = "engine" + importlib.machinery.EXTENSION_SUFFIXES[0]
+    (given / "webhook" / "core" / compiled).write_bytes(b"\x7fELF: a stand-in")
+    shared = "0123abcd__mypyc" + importlib.machinery.EXTENSION_SUFFIXES[0]  # mypyc's runtime
+    (given / shared).write_bytes(b"\x7fELF: the runtime the modules share")
+
+    with e2e_code.extracted(str(given)) as (root, code):
+        assert (root / "webhook" / "core" / compiled).read_bytes() == b"\x7fELF: a stand-in"
+        assert (root / shared).read_bytes() == b"\x7fELF: the runtime the modules share"
+        assert (root / "bench" / "e2e.py").is_file()  # the harness is this tree's
+        assert (root / "examples" / "cluster").is_dir()  # the CRDs the scenarios install
+        assert code["compiled_modules"] == 1
+        assert code["commit"] == "folder"
+        assert code["webhook_dirty"] is True
+        # the same sources as this tree: the same digest as the code measured would have
+        assert code["digest"] == snapshot.identity(snapshot.REPO)["digest"]
+    assert not root.exists()  # nothing left behind
