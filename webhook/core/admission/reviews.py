@@ -39,8 +39,8 @@ Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 
 class GroupVersionKind(TypedDict):
-    group: str
-    version: str
+    group: NotRequired[str]  # "" for the core group; `decode_review` checks only what is there
+    version: NotRequired[str]
     kind: str
 
 
