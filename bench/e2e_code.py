@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.machinery
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,6 @@ from typing import Any
 from bench import snapshot
 
 _ENV = "BENCH_CODE_ROOT"  # what `snapshot.code_root()` reads
-_EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)  # a compiled module's file names
 
 
 @contextlib.contextmanager
@@ -44,29 +40,13 @@ def committed(rev: str = "HEAD") -> Iterator[dict[str, Any]]:
 
 @contextlib.contextmanager
 def extracted(source: str) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """`webhook/` of `source` (and `bench/` as it is) in a folder of its own, for the block:
-    the folder and the code's identity. `committed` makes it every process's; a baseline
-    (`--baseline`) is started from its folder explicitly.
-
-    `source` is a revision, or a folder holding a `webhook/` that no commit holds as it is: a
-    copy built another way, such as one with its modules compiled to extensions, which are
-    copied with it (a baseline of that build, alternating with the committed code)."""
-    folder = Path(tempfile.mkdtemp(prefix="bench-e2e-code-"))
-    ignore = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
-    try:
-        given = Path(source)
-        if given.is_dir():
-            shutil.copytree(given / "webhook", folder / "webhook", ignore=ignore)
-            for shared in given.iterdir():  # mypyc puts the runtime its modules share beside them
-                if shared.is_file() and shared.name.endswith(_EXTENSIONS):
-                    shutil.copy2(shared, folder / shared.name)
-            shutil.copytree(snapshot.REPO / "examples" / "cluster", folder / "examples" / "cluster")
-        else:
-            snapshot.extract_revision(source, folder)
-        shutil.copytree(snapshot.REPO / "bench", folder / "bench", ignore=ignore)
-        yield folder, identity(folder, None if given.is_dir() else source)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    """`webhook/` of `source`, a revision or a folder (`snapshot.code_tree`), and `bench/` as it
+    is, in a folder of its own, for the block: the folder and the code's identity. `committed`
+    makes it every process's; a baseline (`--baseline`) is started from its folder explicitly.
+    A folder is a build that no commit holds as it is, such as one compiled to extensions,
+    run alternating with the committed code."""
+    with snapshot.code_tree(source, "bench-e2e-code-") as folder:
+        yield folder, identity(folder, None if Path(source).is_dir() else source)
 
 
 def identity(folder: Path, rev: str | None) -> dict[str, Any]:
@@ -76,7 +56,9 @@ def identity(folder: Path, rev: str | None) -> dict[str, Any]:
     digest = hashlib.sha256()
     for path in sorted((folder / "webhook").rglob("*.py")):
         digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
-    compiled = sum(1 for path in (folder / "webhook").rglob("*") if path.name.endswith(_EXTENSIONS))
+    compiled = sum(
+        1 for path in (folder / "webhook").rglob("*") if path.name.endswith(snapshot.EXTENSIONS)
+    )
     if rev is None:
         return {
             "commit": "folder",

@@ -28,14 +28,11 @@ import copy
 import gc
 import json
 import math
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,27 +174,6 @@ def measure(n: int, writes: int) -> dict[str, Any]:
 # --- the comparison ----------------------------------------------------------------------------
 
 
-@contextmanager
-def _tree(source: str) -> Iterator[Path]:
-    """A folder holding `webhook/`, `bench/` and the example CRDs of `source` (a folder or a
-    revision), bench/ from this tree: the harness is what runs."""
-    folder = Path(tempfile.mkdtemp(prefix="bench-route-event-"))
-    try:
-        given = Path(source)
-        if given.is_dir():
-            shutil.copytree(given / "webhook", folder / "webhook", ignore=_IGNORE)
-            shutil.copytree(given / "examples" / "cluster", folder / "examples" / "cluster")
-        else:
-            snapshot.extract_revision(source, folder)
-        shutil.copytree(snapshot.REPO / "bench", folder / "bench", ignore=_IGNORE)
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-_IGNORE = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
-
-
 def _run(folder: Path, n: int, writes: int) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "bench.route_event", "--one", str(n), "--writes", str(writes)],
@@ -304,11 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(message, flush=True)
 
-    with _tree(str(snapshot.REPO)) as now:
+    with snapshot.code_tree(str(snapshot.REPO), "bench-route-event-") as now:
         if args.baseline == "none":
             result = compare({"this tree": now}, sizes, args.writes, args.rounds, log)
         else:
-            with _tree(args.baseline) as base:
+            with snapshot.code_tree(args.baseline, "bench-route-event-") as base:
                 trees = {"baseline": base, "this tree": now}
                 result = compare(trees, sizes, args.writes, args.rounds, log)
             result["baseline"] = args.baseline

@@ -9,7 +9,9 @@ path. Outputs still go to the repository (`bench/out/`, `docs/`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.machinery
 import io
 import json
 import os
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +71,38 @@ def take() -> Path:
 def drop(folder: Path) -> None:
     os.environ.pop(_ENV, None)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def code_tree(source: str, prefix: str) -> Iterator[Path]:
+    """A folder of its own, for the block, holding `webhook/` and the example CRDs of `source`
+    and `bench/` of this tree (the harness is what runs): how a benchmark runs a baseline.
+
+    `source` is a revision (`git archive`: nothing in the repository is written) or a folder
+    holding a `webhook/` as no commit holds it, such as a build whose modules are compiled to
+    extensions: copied as it is, with the runtime mypyc puts beside the package its modules
+    share, and the folder's example CRDs where it has them (else this tree's)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        given = Path(source)
+        if given.is_dir():
+            shutil.copytree(given / "webhook", folder / "webhook", ignore=_IGNORE)
+            for shared in given.iterdir():
+                if shared.is_file() and shared.name.endswith(EXTENSIONS):
+                    shutil.copy2(shared, folder / shared.name)
+            crds = given / "examples" / "cluster"
+            crds = crds if crds.is_dir() else REPO / "examples" / "cluster"
+            shutil.copytree(crds, folder / "examples" / "cluster")
+        else:
+            extract_revision(source, folder)
+        shutil.copytree(REPO / "bench", folder / "bench", ignore=_IGNORE)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_IGNORE = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
+EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)  # a compiled module's file names
 
 
 def identity(root: Path | None = None) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""Which webhook the end-to-end benchmark runs as its baseline (`bench.e2e_code.extracted`): a
-folder's `webhook/` — a copy built another way, such as one compiled to extensions — is run as
-it is, compiled modules included, and said to be a folder, not a commit."""
+"""Which webhook a benchmark runs as its baseline (`bench.snapshot.code_tree`, here through the
+end-to-end part's `bench.e2e_code.extracted`): a folder's `webhook/` (a copy built another way,
+such as one compiled to extensions) runs as it is, compiled modules included, and is said to be
+a folder, not a commit."""
 
 from __future__ import annotations
 
@@ -30,3 +31,15 @@ def test_a_folder_baseline_runs_its_own_webhook_with_its_compiled_modules(tmp_pa
         # the same sources as this tree: the same digest as the code measured would have
         assert code["digest"] == snapshot.identity(snapshot.REPO)["digest"]
     assert not root.exists()  # nothing left behind
+
+
+def test_a_folder_with_example_crds_of_its_own_runs_with_those(tmp_path: Path) -> None:
+    """As `bench.route_event` runs a folder baseline: its CRDs, where it has them."""
+    given = tmp_path / "built"
+    shutil.copytree(snapshot.REPO / "webhook", given / "webhook")
+    (given / "examples" / "cluster").mkdir(parents=True)
+    (given / "examples" / "cluster" / "00-crds.yaml").write_text("# the folder's own\n")
+
+    with e2e_code.extracted(str(given)) as (root, _):
+        found = sorted(path.name for path in (root / "examples" / "cluster").iterdir())
+    assert found == ["00-crds.yaml"]
