@@ -11,7 +11,6 @@ A baseline (`--baseline`) may also be a folder: its `webhook/` as it is, built a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import subprocess
 from collections.abc import Iterator
@@ -50,12 +49,10 @@ def extracted(source: str) -> Iterator[tuple[Path, dict[str, Any]]]:
 
 
 def identity(folder: Path, rev: str | None) -> dict[str, Any]:
-    """The commit (None: a folder, not a commit) and a digest of its `webhook/` sources,
-    computed as `snapshot.identity` does, with how many of its modules are compiled
+    """The commit (None: a folder, not a commit) and `snapshot.source_digest` of its `webhook/`,
+    as `snapshot.identity` reads it, with how many of its modules are compiled
     extensions (which the digest of the sources does not see)."""
-    digest = hashlib.sha256()
-    for path in sorted((folder / "webhook").rglob("*.py")):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    digest = snapshot.source_digest(folder)
     compiled = sum(
         1 for path in (folder / "webhook").rglob("*") if path.name.endswith(snapshot.EXTENSIONS)
     )
@@ -63,7 +60,7 @@ def identity(folder: Path, rev: str | None) -> dict[str, Any]:
         return {
             "commit": "folder",
             "webhook_dirty": True,  # no commit holds it as it is
-            "digest": digest.hexdigest()[:12],
+            "digest": digest,
             "compiled_modules": compiled,
             "source": "a folder given as the baseline",
         }
@@ -77,7 +74,7 @@ def identity(folder: Path, rev: str | None) -> dict[str, Any]:
     return {
         "commit": commit or rev,
         "webhook_dirty": False,  # a commit, whatever the working tree holds
-        "digest": digest.hexdigest()[:12],
+        "digest": digest,
         "compiled_modules": compiled,
         "source": f"git archive {rev}",
     }

@@ -59,11 +59,8 @@ def json_of(args: list[str], *, quiet: bool = False) -> dict[str, Any]:
 def take() -> Path:
     """Copy the code aside and make it the code of every later measuring process."""
     folder = Path(tempfile.mkdtemp(prefix="bench-code-"))
-    ignore = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
-    shutil.copytree(REPO / "webhook", folder / "webhook", ignore=ignore)
-    shutil.copytree(REPO / "bench", folder / "bench", ignore=ignore)
-    (folder / "examples").mkdir()
-    shutil.copytree(REPO / "examples" / "cluster", folder / "examples" / "cluster")
+    _copy_code(REPO, folder)
+    shutil.copytree(REPO / "bench", folder / "bench", ignore=_IGNORE)
     os.environ[_ENV] = str(folder)
     return folder
 
@@ -86,19 +83,26 @@ def code_tree(source: str, prefix: str) -> Iterator[Path]:
     try:
         given = Path(source)
         if given.is_dir():
-            shutil.copytree(given / "webhook", folder / "webhook", ignore=_IGNORE)
-            for shared in given.iterdir():
-                if shared.is_file() and shared.name.endswith(EXTENSIONS):
-                    shutil.copy2(shared, folder / shared.name)
-            crds = given / "examples" / "cluster"
-            crds = crds if crds.is_dir() else REPO / "examples" / "cluster"
-            shutil.copytree(crds, folder / "examples" / "cluster")
+            _copy_code(given, folder)
         else:
             extract_revision(source, folder)
         shutil.copytree(REPO / "bench", folder / "bench", ignore=_IGNORE)
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _copy_code(given: Path, folder: Path) -> None:
+    """`webhook/` of the folder `given` as it is, the runtime mypyc puts beside the package for
+    its compiled modules to share (if any), and its example CRDs where it has them (else this
+    tree's): what `take` copies of this tree and `code_tree` of a folder baseline."""
+    shutil.copytree(given / "webhook", folder / "webhook", ignore=_IGNORE)
+    for shared in given.iterdir():
+        if shared.is_file() and shared.name.endswith(EXTENSIONS):
+            shutil.copy2(shared, folder / shared.name)
+    crds = given / "examples" / "cluster"
+    crds = crds if crds.is_dir() else REPO / "examples" / "cluster"
+    shutil.copytree(crds, folder / "examples" / "cluster")
 
 
 _IGNORE = shutil.ignore_patterns("__pycache__", "out", "*.pyc")
@@ -109,9 +113,6 @@ def identity(root: Path | None = None) -> dict[str, Any]:
     """The repository's commit, whether `webhook/` had uncommitted changes, and a digest of
     the `webhook/` sources under `root` (the snapshot, by default the code being measured)."""
     root = root or code_root()
-    digest = hashlib.sha256()
-    for path in sorted((root / "webhook").rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO, check=False)
@@ -120,8 +121,16 @@ def identity(root: Path | None = None) -> dict[str, Any]:
     return {
         "commit": git("rev-parse", "--short", "HEAD") or "unknown",
         "webhook_dirty": bool(git("status", "--porcelain", "--", "webhook")),
-        "digest": digest.hexdigest()[:12],
+        "digest": source_digest(root),
     }
+
+
+def source_digest(root: Path) -> str:
+    """A digest of the `webhook/` sources under `root` (paths and contents): the code measured."""
+    digest = hashlib.sha256()
+    for path in sorted((root / "webhook").rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def extract_revision(rev: str, folder: Path) -> None:

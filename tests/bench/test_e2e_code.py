@@ -12,7 +12,9 @@ from pathlib import Path
 from bench import e2e_code, snapshot
 
 
-def test_a_folder_baseline_runs_its_own_webhook_with_its_compiled_modules(tmp_path: Path) -> None:
+def test_a_folder_baseline_is_copied_with_its_compiled_modules_and_their_runtime(
+    tmp_path: Path,
+) -> None:
     given = tmp_path / "built"
     shutil.copytree(snapshot.REPO / "webhook", given / "webhook")
     compiled = "engine" + importlib.machinery.EXTENSION_SUFFIXES[0]
