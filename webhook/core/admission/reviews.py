@@ -46,21 +46,25 @@ class GroupVersionKind(TypedDict):
 
 class Request(TypedDict):
     """An AdmissionReview's request as `decode_review` returns it: a field is typed as the
-    API server sends it where `decode_review` checks it, `object` where it does not (read with
-    a check of its own, such as `is True`), so that no reader trusts a type nobody checked."""
+    API server sends it where `decode_review` checks it, `object | None` where it does not (read
+    with a check of its own, such as `is True`), so that no reader trusts a type nobody checked.
+
+    `object | None` means what `object` would; mypyc (the image's compiled core) builds a
+    TypedDict whose field is a plain `NotRequired[object]` into a class that fails to import.
+    """
 
     uid: str
     kind: GroupVersionKind
-    resource: NotRequired[object]  # {group, version, resource} from a live API server
+    resource: NotRequired[object | None]  # {group, version, resource} from a live API server
     subResource: NotRequired[str]
     name: NotRequired[str]
     namespace: NotRequired[str]
     operation: Operation
-    userInfo: NotRequired[object]  # {username, uid, groups, extra} from a live API server
+    userInfo: NotRequired[object | None]  # {username, uid, groups, extra} from a live API server
     object: NotRequired[dict[str, Any] | None]
     oldObject: NotRequired[dict[str, Any] | None]
-    dryRun: NotRequired[object]  # a bool from a live API server
-    options: NotRequired[object]
+    dryRun: NotRequired[object | None]  # a bool from a live API server
+    options: NotRequired[object | None]
 
 
 class StatusCause(TypedDict):
