@@ -6,6 +6,7 @@ A config file's `off` means off however YAML read it, and a value it cannot read
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import re
@@ -19,11 +20,16 @@ from tests.fixtures.paths import EXAMPLES, REPO
 from webhook.shell.process import build
 
 LINE = re.compile(
-    r"^policy-webhook \d+\.\d+\.\d+\S* \(git ([0-9a-f]{12}(, modified)?|revision unknown)\)$"
+    r"^policy-webhook \d+\.\d+\.\d+\S* "
+    r"\(git ([0-9a-f]{12}(, modified)?|revision unknown), core (compiled|python)\)$"
 )
+# The core this run imports: Python in a checkout, compiled in `make test-compiled`'s copy.
+CORE = os.environ.get("POLICY_WEBHOOK_EXPECT_CORE", "python")
 
 
 def checkout_head() -> str | None:
+    if not (REPO / ".git").exists():  # e.g. `make compiled`'s copy: `version` asks no git there
+        return None
     done = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
     )
@@ -46,7 +52,8 @@ def test_version_for_machines(output: str) -> None:
 
     ran = run("version", "-o", output)
     info = json.loads(ran.out) if output == "json" else yaml.safe_load(ran.out)
-    assert set(info) == {"version", "gitCommit", "gitTreeState", "python"}
+    assert set(info) == {"version", "gitCommit", "gitTreeState", "python", "core"}
+    assert info["core"] == CORE
     assert info["gitTreeState"] in ("clean", "modified", "unknown")
     head = checkout_head()
     if head is not None and not os.environ.get(build.REVISION_ENV):
@@ -61,7 +68,7 @@ def test_the_revision_an_image_build_sets_wins(monkeypatch: pytest.MonkeyPatch) 
         "0123456789abcdef0123456789abcdef01234567",
         "clean",
     )
-    assert info.line().endswith("(git 0123456789ab)")
+    assert info.line().endswith(f"(git 0123456789ab, core {CORE})")
 
 
 def test_git_is_not_asked_once_the_environment_has_answered(
@@ -75,6 +82,32 @@ def test_git_is_not_asked_once_the_environment_has_answered(
     monkeypatch.setenv(build.REVISION_ENV, "0123456789abcdef0123456789abcdef01234567")
     monkeypatch.setattr(build, "_git", no_git)
     assert build.build_info().git_commit == "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_the_core_is_named_by_what_import_would_load(tmp_path: Path) -> None:
+    """An extension module beside a source is the one imported: every module so is a compiled
+    core, none is Python, and some are a half-built tree, which must not pass for either."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (tmp_path / "model").mkdir()
+    sources = [
+        tmp_path / "__init__.py",
+        tmp_path / "model" / "__init__.py",
+        tmp_path / "model" / "refs.py",
+    ]
+    for source in sources:
+        source.write_text("")
+    assert build.core_build(tmp_path) == "python"
+    for source in sources[:2]:
+        source.with_name(source.stem + suffix).write_bytes(b"")
+    assert build.core_build(tmp_path) == "mixed"
+    sources[2].with_name("refs" + suffix).write_bytes(b"")
+    assert build.core_build(tmp_path) == "compiled"
+    # mypyc's shared runtime, a lone extension, does not make a Python tree compiled.
+    python_tree = tmp_path / "other"
+    python_tree.mkdir()
+    (python_tree / "refs.py").write_text("")
+    (python_tree / ("policy_webhook_core__mypyc" + suffix)).write_bytes(b"")
+    assert build.core_build(python_tree) == "python"
 
 
 # --- config validate ---------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def test_an_alert_names_only_metrics_the_webhook_exports(
 def test_the_scrape_has_build_info_process_metrics_and_no_created_series(
     scraped: str,
 ) -> None:
-    assert re.search(r'^policy_webhook_build_info\{revision="[^"]+",version="[^"]+"\} 1\.0$',
+    assert re.search(r'^policy_webhook_build_info\{core="(compiled|python)",revision="[^"]+",version="[^"]+"\} 1\.0$',
                      scraped, re.MULTILINE)  # fmt: skip
     assert "process_resident_memory_bytes" in scraped
     assert "python_info" in scraped

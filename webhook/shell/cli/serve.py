@@ -29,7 +29,7 @@ from webhook.shell.cluster import pacing  # its defaults only: light, unlike the
 from webhook.shell.https.endpoints import build_app
 from webhook.shell.https.server import run_until_stopped
 from webhook.shell.https.tls import CertFiles, ReloadingTLS, TLSConfigError, self_signed
-from webhook.shell.process import heap, loop_lag
+from webhook.shell.process import build, heap, loop_lag
 from webhook.shell.process import readiness as ready
 from webhook.shell.process.logs import fields, setup_logging
 from webhook.shell.process.metrics import Metrics
@@ -217,7 +217,10 @@ async def _serve(serve_config: ServeConfig, *, config: OperatorConfig, settings:
             on_started=lambda server: log.info(
                 "serving",
                 extra=fields(
-                    host=serve_config.host, port=server.port, ca_file=str(files.ca_file or "")
+                    host=serve_config.host,
+                    port=server.port,
+                    ca_file=str(files.ca_file or ""),
+                    core=build.core_build(),  # "compiled" in the image, "python" in a checkout
                 ),
             ),
         )

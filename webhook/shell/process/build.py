@@ -5,12 +5,15 @@ revision is looked for where each way of installing leaves it: the environment v
 image sets from its build argument (`POLICY_WEBHOOK_BUILD_REVISION`; an image has no `.git`),
 pip's record of a VCS install (PEP 610 `direct_url.json`), or the git checkout the package
 runs from (an editable install; `modified` when tracked files differ from that commit).
-Otherwise it is `unknown`, never a guess. Imports nothing of the webhook: `version` must
-answer at once.
+Otherwise it is `unknown`, never a guess. Also which core runs: the image's is compiled with
+mypyc (setup.py), a checkout's is Python; read from the files Python's import would load (an
+extension module beside a source is the one imported). Imports nothing of the webhook:
+`version` must answer at once.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import platform
@@ -22,6 +25,7 @@ from typing import Any
 
 DISTRIBUTION = "policy-attachment-webhook"
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # …/webhook
+CORE_DIR = PACKAGE_DIR / "core"
 REVISION_ENV = "POLICY_WEBHOOK_BUILD_REVISION"  # set by the Dockerfile from its REVISION arg
 GIT_SECONDS = 2.0  # a git that hangs (a network file system) must not hang `version`
 
@@ -32,13 +36,15 @@ class BuildInfo:
     git_commit: str  # 40 hex digits, or "unknown"
     git_tree_state: str  # "clean" | "modified" | "unknown" (kubectl's `gitTreeState`)
     python: str
+    core: str  # "compiled" | "python" | "mixed" (some modules of each: a half-built tree)
 
     def line(self) -> str:
-        """`policy-webhook 0.1.0 (git 926c83f1a2b3)`, the form `--version` prints."""
+        """`policy-webhook 0.1.0 (git 926c83f1a2b3, core compiled)`, what `--version` prints."""
+        core = f"core {self.core}"
         if self.git_commit == "unknown":
-            return f"policy-webhook {self.version} (git revision unknown)"
+            return f"policy-webhook {self.version} (git revision unknown, {core})"
         state = ", modified" if self.git_tree_state == "modified" else ""
-        return f"policy-webhook {self.version} (git {self.git_commit[:12]}{state})"
+        return f"policy-webhook {self.version} (git {self.git_commit[:12]}{state}, {core})"
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -46,12 +52,29 @@ class BuildInfo:
             "gitCommit": self.git_commit,
             "gitTreeState": self.git_tree_state,
             "python": self.python,
+            "core": self.core,
         }
 
 
 def build_info() -> BuildInfo:
     commit, state = _revision()
-    return BuildInfo(package_version(), commit, state, platform.python_version())
+    return BuildInfo(package_version(), commit, state, platform.python_version(), core_build())
+
+
+def core_build(core_dir: Path = CORE_DIR) -> str:
+    """`compiled` when every module of the core would be imported from an extension module,
+    `python` when none would, `mixed` otherwise: a tree where a compiled build was left behind
+    (a stale extension shadows its edited source), which the log and the metric then show."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    modules = {path.with_suffix("") for path in core_dir.rglob("*.py")}
+    compiled = {
+        path.parent / path.name.split(".", 1)[0]
+        for path in core_dir.rglob("*")
+        if path.name.endswith(suffixes)
+    }
+    if not compiled & modules:
+        return "python"
+    return "compiled" if modules <= compiled else "mixed"
 
 
 def package_version() -> str:

@@ -59,12 +59,14 @@ class Metrics:
         self.build_info = Gauge(
             f"{PREFIX}_build_info",
             "Always 1; the labels say which build runs (version of the package, git revision "
-            "of the image, `unknown` outside one).",
-            ["version", "revision"],
+            "of the image, `unknown` outside one; core: compiled as in the image, or python).",
+            ["version", "revision", "core"],
             registry=r,
         )
         info = build.build_info()
-        self.build_info.labels(version=info.version, revision=info.git_commit).set(1)
+        self.build_info.labels(version=info.version, revision=info.git_commit, core=info.core).set(
+            1
+        )
 
         # --- admission (HTTP server) ---------------------------------------------------------
         self.admission_requests = Counter(
