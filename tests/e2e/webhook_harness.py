@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
 import signal
 import ssl
 import subprocess
@@ -91,9 +92,25 @@ class WebhookProcess:
                     f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
                 )
             if self.ca_file.exists() and self.get("/readyz")[0] == 200:
+                self.check_core()
                 return
             time.sleep(0.2)
         raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def check_core(self, wait: float = 5.0) -> None:
+        """Under `make test-compiled` (POLICY_WEBHOOK_EXPECT_CORE), the process must say, in
+        its `serving` line, that it runs the core it was started to test."""
+        expected = os.environ.get("POLICY_WEBHOOK_EXPECT_CORE")
+        deadline = time.monotonic() + wait
+        while expected:
+            said = [r.get("core") for r in self.log_records() if r.get("msg") == "serving"]
+            if said:
+                if said[-1] != expected:
+                    raise RuntimeError(f"{self.name} runs the core {said[-1]!r}, not {expected!r}")
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} logged no `serving` line:\n{self.log_tail()}")
+            time.sleep(0.1)
 
     def get(self, path: str) -> tuple[int, str]:
         context = ssl.create_default_context(cafile=str(self.ca_file))

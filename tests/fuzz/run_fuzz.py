@@ -36,6 +36,7 @@ from webhook.core.admission import validation as admission  # noqa: E402
 from webhook.core.model.settings import Settings  # noqa: E402
 from webhook.core.rules.findings import MAX_LINE, MAX_WARNINGS  # noqa: E402
 from webhook.shell.cli import manifests  # noqa: E402
+from webhook.shell.process import build  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 MAX_BODY = 7 * 1024 * 1024  # what the server reads (webhook.shell.https.endpoints.MAX_BODY_BYTES)
@@ -347,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         slowest_core.offer(core, what, body)
     times.sort()
     tried = len(times)
-    print(f"seed {seed}, {args.seconds:g} s")
+    print(f"seed {seed}, {args.seconds:g} s, core {build.core_build()}")
     print(f"inputs tried: {tried}  ({', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))})")
     print(f"errors: {len(errors)}")
     if times:

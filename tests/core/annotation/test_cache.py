@@ -120,6 +120,7 @@ def test_cached_summaries_always_equal_a_fresh_computation(start: list[Op], ops:
         assert_fresh(cache, store, keys)
 
 
+@pytest.mark.python_only
 def test_the_property_catches_a_cache_that_forgets_to_invalidate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -134,6 +135,7 @@ def test_the_property_catches_a_cache_that_forgets_to_invalidate(
     assert summary.summarize(r1, store, SETTINGS) is not None
 
 
+@pytest.mark.python_only
 def test_the_property_catches_a_memo_that_outlives_a_hierarchy_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -149,6 +151,7 @@ def test_the_property_catches_a_memo_that_outlives_a_hierarchy_change(
         assert_fresh(cache, store, annotated(store))
 
 
+@pytest.mark.python_only
 def test_the_property_catches_a_ladder_that_outlives_a_policys_move(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -280,6 +283,7 @@ def test_the_feed_tells_subscribers_the_affected_set_of_each_write() -> None:
     assert len(heard) == 1
 
 
+@pytest.mark.python_only
 def test_an_empty_cache_with_no_other_subscriber_skips_the_fan_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -300,6 +304,7 @@ def test_an_empty_cache_with_no_other_subscriber_skips_the_fan_out(
     assert len(calls) == 1
 
 
+@pytest.mark.python_only
 def test_a_policy_write_recomputes_only_its_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     store = base_store()
     apply(store, GW_POLICY)
@@ -322,6 +327,7 @@ def test_a_policy_write_recomputes_only_its_kind(monkeypatch: pytest.MonkeyPatch
     assert value == summary.summarize(r1, rebuilt(store), SETTINGS)
 
 
+@pytest.mark.python_only
 def test_the_property_catches_a_cache_that_refreshes_the_wrong_kind(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -463,6 +469,7 @@ def test_a_value_handed_over_is_dropped_when_the_object_written_differs() -> Non
     assert_fresh(cache, store, annotated(store))
 
 
+@pytest.mark.python_only
 def test_the_hand_over_is_what_the_property_would_catch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not vacuous: with any written object taken for the one /mutate saw, the property fails."""
     monkeypatch.setattr(cache_module, "as_admitted", lambda obj: {})

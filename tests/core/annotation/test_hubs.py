@@ -281,6 +281,7 @@ def test_an_edit_of_a_policys_values_keeps_every_piece(monkeypatch: pytest.Monke
     assert '"maxRetries":7' in (cache.get(FOO) or "") and made == []
 
 
+@pytest.mark.python_only
 def test_the_property_catches_pieces_kept_through_a_policys_move(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -340,6 +341,7 @@ def test_a_busy_service_in_pieces_keeps_to_16_kib_and_its_bytes_to_no_order() ->
 # --- the work ahead of a value, in steps (`hubs.advance`, `SummaryCache.prepare`) ---------------
 
 
+@pytest.mark.python_only
 def test_after_a_burst_of_route_writes_the_work_comes_in_bounded_steps_and_get_does_the_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -364,6 +366,7 @@ def test_after_a_burst_of_route_writes_the_work_comes_in_bounded_steps_and_get_d
     assert not cache.prepare(FOO), "a value in the cache needs nothing ahead"
 
 
+@pytest.mark.python_only
 def test_steps_ahead_start_over_where_the_memo_did(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Gateway's write drops every kept part: the steps make the Service's again, route by
     route, and the value is the whole computation's."""

@@ -514,6 +514,7 @@ def test_a_value_over_the_cap_loses_sources_then_the_last_contexts_and_no_more(
     assert_cut_right(kinds, cap, summary.truncated(value, cap))
 
 
+@pytest.mark.python_only
 def test_the_cut_property_catches_a_miscounted_context(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not vacuous: a cut that counts each context a byte short drops one too many."""
 

@@ -119,6 +119,7 @@ def following(*ops: Op) -> tuple[Store, AuditBook]:
     return store, book
 
 
+@pytest.mark.python_only
 def test_the_property_catches_a_book_deaf_to_what_a_write_affects(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -131,6 +132,7 @@ def test_the_property_catches_a_book_deaf_to_what_a_write_affects(
         assert_fresh(book, store)
 
 
+@pytest.mark.python_only
 def test_the_property_catches_a_book_blind_to_objects_entering_a_reach(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

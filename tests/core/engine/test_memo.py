@@ -520,11 +520,13 @@ def assert_caught(
         assert_memos_fresh(store)
 
 
+@pytest.mark.python_only
 def test_the_property_catches_an_index_that_misses_a_move(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(HierarchyIndex, "move", lambda self, key, old, new: None)
     assert_caught("stale index", moved_away)
 
 
+@pytest.mark.python_only
 def test_the_property_catches_contexts_kept_through_a_route_event(
     monkeypatch: pytest.MonkeyPatch,
     services_by_route: None,
@@ -536,6 +538,7 @@ def test_the_property_catches_contexts_kept_through_a_route_event(
     assert_caught("stale contexts", moved_away)
 
 
+@pytest.mark.python_only
 def test_the_property_catches_a_reach_kept_through_a_route_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -544,6 +547,7 @@ def test_the_property_catches_a_reach_kept_through_a_route_event(
     assert_caught("stale reach", moved_away)
 
 
+@pytest.mark.python_only
 def test_the_property_catches_a_reach_kept_below_a_mesh_route(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -570,6 +574,7 @@ def test_the_property_catches_a_service_part_put_in_the_wrong_place(
         assert_memos_fresh(store)
 
 
+@pytest.mark.python_only
 def test_the_property_catches_a_memo_that_skips_writes_it_did_not_see(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -632,6 +632,7 @@ async def edits_in_a_row(store: Store, count: int, every: float) -> None:
         await asyncio.sleep(every)  # time for the workers to pick each one up
 
 
+@pytest.mark.python_only
 def test_a_costly_key_changed_again_and_again_is_computed_once_per_window_and_ends_right() -> None:
     """Every computation counts as costly here (`hot_after=0`): six policy edits within the
     window (each reaching the Gateway, the route and the Service) make one computation and one
@@ -658,6 +659,7 @@ def test_a_costly_key_changed_again_and_again_is_computed_once_per_window_and_en
     run(fake, scenario, store, hot_after=0.0, hold_min=0.5, hold_factor=0.0)
 
 
+@pytest.mark.python_only
 def test_cheap_keys_are_not_held() -> None:
     """The control for the test above: the same edits, nothing costly, one pass per edit —
     each edit's three patches awaited before the next edit (no timing to race with)."""
@@ -732,6 +734,7 @@ def test_a_held_key_that_is_deleted_meanwhile_is_not_patched() -> None:
 # --- the loop is shared with admission ------------------------------------------------------------
 
 
+@pytest.mark.python_only
 def test_computations_never_run_back_to_back_without_a_pass_of_the_loop() -> None:
     """Four workers, each with a costly value to compute: between two computations the loop
     runs other tasks (admission), so none of them waits behind more than one computation."""
@@ -895,6 +898,7 @@ async def lead_with_the_service_in_pieces(reconciler: Reconciler, store: Store) 
     assert await reconciler.wait_idle(10)
 
 
+@pytest.mark.python_only
 def test_a_busy_services_value_is_computed_in_steps_with_the_loop_served_between(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -933,6 +937,7 @@ def test_a_busy_services_value_is_computed_in_steps_with_the_loop_served_between
     run(fake, scenario, store, turns=Turns(length=0.0))
 
 
+@pytest.mark.python_only
 def test_a_value_computed_in_steps_is_held_by_the_cost_of_all_its_steps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
