@@ -19,6 +19,10 @@
 #   fetched unpinned.
 # - OCI labels say where the image comes from (build arguments VERSION and REVISION).
 #
+# - The core is compiled with mypyc (setup.py, POLICY_WEBHOOK_COMPILE=1): a C compiler from
+#   Debian's packages in the builder stage only; mypy, which carries mypyc, is in the lock as a
+#   build requirement. The final image has neither. Why: docs/performance.md, *Choices*.
+#
 # Stage 1 installs into a virtualenv; stage 2 copies only that virtualenv and the two scripts.
 # No pip cache is written anywhere (--no-cache-dir, PIP_NO_CACHE_DIR).
 
@@ -29,6 +33,11 @@ FROM ${BASE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
+
+# gcc for mypyc's C; python:slim has the headers. Before the lock: this layer changes least.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
 # The lock first: its layer (all dependencies) is reused while only the webhook's code changes.
@@ -41,12 +50,18 @@ COPY . .
 
 # pip byte-compiles what it installs, which matters: the runtime root filesystem is read-only,
 # so Python could not write .pyc files there. The webhook's own wheel is built with the locked
-# backend and installed without looking at any index; the installer and the backend are then
-# removed (not needed at run time), and the last line proves the entry point starts.
-RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
+# backend, its core compiled, and installed without looking at any index; the build's tools
+# (mypy and what only it needs, the backend, the installer) are then removed: the compiled
+# modules need none of them. `pip check` first proves nothing left needs them either; the last
+# lines prove the entry point starts and runs the compiled core.
+RUN POLICY_WEBHOOK_COMPILE=1 \
+    /opt/venv/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
  && /opt/venv/bin/pip install --no-cache-dir --no-deps --no-index /wheels/*.whl \
- && /opt/venv/bin/pip uninstall --yes pip setuptools wheel \
+ && /opt/venv/bin/pip uninstall --yes mypy mypy-extensions librt pathspec ast-serialize setuptools wheel \
+ && /opt/venv/bin/pip check \
+ && /opt/venv/bin/pip uninstall --yes pip \
  && /opt/venv/bin/policy-webhook --help > /dev/null \
+ && /opt/venv/bin/policy-webhook version | grep -q "core compiled" \
  && /opt/venv/bin/python /src/certs/renew_in_cluster.py --help > /dev/null
 
 

@@ -7,6 +7,8 @@ would receive; the end-to-end twin, tests/e2e/test_deploy.py, sends it to a real
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -622,9 +624,28 @@ def test_dockerignore_keeps_venv_git_and_keys_out() -> None:
     assert {".venv", ".git", "certs/out", ".pytest_cache", "bench/out"} <= patterns
 
 
+def image_build_tools() -> list[str]:
+    """What the builder stage uninstalls before `pip check`: the tools of the build only."""
+    builder = " ".join(dockerfile_stages()[0])
+    found = re.search(r"pip uninstall --yes ([^&]+?) && /opt/venv/bin/pip check", builder)
+    assert found, "the builder stage removes no build tool before `pip check`"
+    return found.group(1).split()
+
+
+def test_the_image_compiles_the_core_and_keeps_no_build_tool() -> None:
+    builder = " ".join(" ".join(dockerfile_stages()[0]).split())
+    assert "POLICY_WEBHOOK_COMPILE=1 /opt/venv/bin/pip wheel" in builder
+    assert "apt-get install -y --no-install-recommends gcc libc6-dev" in builder
+    assert 'policy-webhook version | grep -q "core compiled"' in builder
+    # Every package the lock has only for the build goes: mypy and what it alone needs.
+    assert {"mypy", "setuptools", "wheel"} <= set(image_build_tools())
+
+
 def test_the_image_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
     """What the builder stage does, step by step: the lock with its hashes into a new venv,
-    the repository's wheel built with the locked backend, installed without an index.
+    the repository's wheel built with the locked backend and its core compiled (gcc here, as
+    in the builder), installed without an index, the build's tools removed; what is left
+    runs, and runs the compiled core.
 
     The lock's files come from the package index (or pip's cache), as in the image build; a
     hash that does not match a file the index serves fails here as it would there.
@@ -633,9 +654,14 @@ def test_the_image_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
     bin_dir = tmp_path / "venv" / "bin"
     quiet = ["--disable-pip-version-check", "-q"]
 
-    def pip(*args: str) -> None:
+    def pip(*args: str, env: dict[str, str] | None = None) -> None:
         done = subprocess.run(
-            [str(bin_dir / "pip"), *args], capture_output=True, text=True, timeout=600, check=False
+            [str(bin_dir / "pip"), *args],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+            env={**os.environ, **(env or {})},
         )
         assert done.returncode == 0, done.stderr
 
@@ -643,48 +669,32 @@ def test_the_image_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
     pip("install", *quiet, "--no-compile", "--require-hashes", "--no-deps",
         "-r", str(ROOT / "requirements.lock"))  # fmt: skip
     pip("wheel", *quiet, "--no-deps", "--no-build-isolation", "--wheel-dir",
-        str(tmp_path / "wheels"), str(ROOT))  # fmt: skip
+        str(tmp_path / "wheels"), str(ROOT), env={"POLICY_WEBHOOK_COMPILE": "1"})  # fmt: skip
     (wheel,) = (tmp_path / "wheels").glob("policy_attachment_webhook-*.whl")
     pip("install", *quiet, "--no-compile", "--no-deps", "--no-index", str(wheel))
-    pip("check")  # the lock holds every dependency the package declares
-    run = subprocess.run(
-        [str(bin_dir / "policy-webhook"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "serve" in run.stdout
-    serve = subprocess.run(
-        [str(bin_dir / "policy-webhook"), "serve", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert serve.returncode == 0, serve.stderr
-    renew = subprocess.run(
-        [str(bin_dir / "python"), str(ROOT / "certs" / "renew_in_cluster.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert renew.returncode == 0, renew.stderr
+    pip("uninstall", *quiet, "--yes", *image_build_tools())
+    pip("check")  # the lock holds every dependency the package declares, and no build tool
+
+    def installed(program: str, *args: str) -> str:
+        """What a program of the new venv prints, run outside this checkout."""
+        done = subprocess.run(
+            [str(bin_dir / program), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert json.loads(installed("policy-webhook", "version", "-o", "json"))["core"] == "compiled"
+    assert "serve" in installed("policy-webhook", "--help")
+    installed("policy-webhook", "serve", "--help")
+    installed("python", str(ROOT / "certs" / "renew_in_cluster.py"), "--help")
     # The package is imported from the venv, not from this checkout.
-    where = subprocess.run(
-        [str(bin_dir / "python"), "-c", "import webhook; print(webhook.__file__)"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        cwd=tmp_path,
-    )
-    assert str(tmp_path / "venv") in where.stdout
+    where = installed("python", "-c", "import webhook; print(webhook.__file__)")
+    assert str(tmp_path / "venv") in where
 
 
 def test_events_are_created_and_patched_in_both_groups_and_nothing_more(
