@@ -6,13 +6,14 @@
     python -m bench.e2e --gil        # the same, sampling ours only while it holds the GIL
     python -m bench.e2e --baseline REV   # also ours as of REV, alternating: a change's ratio
     python -m bench.e2e --baseline DIR   # ... or of a folder's webhook/ (e.g. compiled)
+    python -m bench.e2e --python         # ours' core as Python (by default compiled, as shipped)
 
 Four set-ups side by side, the order flipping every round: no webhook registered, a no-op
 webhook registered with the shipped configurations, the *floor* (that no-op adding an annotation
 of our size to each route and watching the routes: what any webhook that annotates makes the
 API server do, at no cost of its own) and ours (`policy-webhook serve`, started from a converged
-state). Per set-up and size: the wall time of one `kubectl create -f` of a List
-of N HTTPRoutes (one Gateway with a RetryPolicy, one backend Service shared by all), the CPU
+state, its core compiled with mypyc as the image builds it). Per set-up and size: the wall
+time of one `kubectl create -f` of a List of N HTTPRoutes (one Gateway with a RetryPolicy, one backend Service shared by all), the CPU
 each process spent, and the API server's own admission latency histogram for the webhooks.
 With ours, also the fan-out of one policy edit (until every route's annotation says the new
 value) at the default `--reconcile-qps` and with the limiter out of the way, and the cost of
@@ -56,6 +57,7 @@ class E2EConfig:
     profile: bool = False
     profile_gil: bool = False  # py-spy `--gil`: samples of ours while it runs Python
     baseline: str | None = None  # a revision or a folder: its `webhook/` is set-up `base`
+    compiled: bool = True  # ours' core compiled, as the image builds it (else run as Python)
 
 
 FULL = E2EConfig((300, 3000), (4, 3), (100, 300, 1000, 3000), probes=20, fast_qps=1000.0)
@@ -451,12 +453,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REV",
         help="also run ours as of REV, or of a folder holding a webhook/ (set-up `base`)",
     )
+    parser.add_argument(
+        "--python", action="store_true", help="ours' core as Python, not compiled as shipped"
+    )
     args = parser.parse_args(argv)
     config = replace(
         QUICK if args.quick else FULL,
         profile=args.profile or args.gil,
         profile_gil=args.gil,
         baseline=args.baseline,
+        compiled=not args.python,
     )
     if args.sizes:
         config = replace(config, sizes=_ints(args.sizes), rounds=_ints(args.rounds or "1"))
@@ -466,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, growth_sizes=_ints(args.growth_sizes))
     args.out.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        code = stack.enter_context(e2e_code.committed())
+        code = stack.enter_context(e2e_code.committed(compiled=config.compiled))
         base = stack.enter_context(e2e_code.extracted(args.baseline)) if args.baseline else None
         result = run(config, out=args.out, log=lambda m: print(m, flush=True),
                      base_root=base[0] if base else None)  # fmt: skip

@@ -23,9 +23,13 @@ _ENV = "BENCH_CODE_ROOT"  # what `snapshot.code_root()` reads
 
 
 @contextlib.contextmanager
-def committed(rev: str = "HEAD") -> Iterator[dict[str, Any]]:
-    """For the block, measuring processes run `webhook/` as of `rev`; yields its identity."""
+def committed(rev: str = "HEAD", *, compiled: bool = False) -> Iterator[dict[str, Any]]:
+    """For the block, measuring processes run `webhook/` as of `rev`, with `compiled` its
+    core compiled as the image builds it (`snapshot.compile_core`); yields its identity."""
     with extracted(rev) as (folder, code):
+        if compiled:
+            snapshot.compile_core(folder, rev)
+            code = identity(folder, rev)  # now with its compiled modules counted
         previous = os.environ.get(_ENV)
         os.environ[_ENV] = str(folder)
         try:

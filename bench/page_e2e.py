@@ -66,6 +66,11 @@ def section(e2e: Mapping[str, Any]) -> list[str]:
         day=when,
         commit=code.get("commit", "?"),
         dirty=text.aside("dirty", {}) if code.get("webhook_dirty") else "",
+        build=(
+            text.text("compiled", {}, modules=code["compiled_modules"])
+            if code.get("compiled_modules")
+            else text.text("python", {})
+        ),
         digest=code.get("digest", "?"),
         rounds=", ".join(
             f"{s:,} routes: {r} round{'s' if r != 1 else ''}"

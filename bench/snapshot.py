@@ -136,11 +136,37 @@ def source_digest(root: Path) -> str:
 def extract_revision(rev: str, folder: Path) -> None:
     """`webhook/` and the example CRDs as of `rev` into `folder` (`git archive`: nothing in
     the repository is written)."""
+    _extract(rev, ["webhook", "examples/cluster"], folder)
+
+
+def _extract(rev: str, paths: list[str], folder: Path) -> None:
+    """`paths` as of `rev` into `folder`, with `git archive`: nothing in the repository is
+    written."""
     archive = subprocess.run(
-        ["git", "archive", "--format=tar", rev, "webhook", "examples/cluster"],
+        ["git", "archive", "--format=tar", rev, *paths],
         cwd=REPO,
         capture_output=True,
         check=True,
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
+
+
+def compile_core(folder: Path, rev: str | None) -> None:
+    """Compile `webhook/core` in `folder` (extracted from `rev`) as the image builds it: the
+    build recipe (`setup.py`, `pyproject.toml`) as of `rev` (None: this tree's), mypyc through
+    setuptools, the extension modules beside their sources; the build's scratch removed."""
+    recipe = ["setup.py", "pyproject.toml"]
+    if rev is None:
+        for name in recipe:
+            shutil.copy2(REPO / name, folder / name)
+    else:
+        _extract(rev, recipe, folder)
+    subprocess.run(
+        [sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
+        cwd=folder,
+        env={**os.environ, "POLICY_WEBHOOK_COMPILE": "1"},
+        capture_output=True,
+        check=True,
+    )
+    shutil.rmtree(folder / "build", ignore_errors=True)

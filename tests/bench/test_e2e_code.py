@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.machinery
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from bench import e2e_code, snapshot
@@ -45,3 +47,26 @@ def test_a_folder_with_example_crds_of_its_own_runs_with_those(tmp_path: Path) -
     with e2e_code.extracted(str(given)) as (root, _):
         found = sorted(path.name for path in (root / "examples" / "cluster").iterdir())
     assert found == ["00-crds.yaml"]
+
+
+def test_a_core_compiled_for_a_run_is_imported_as_extensions(tmp_path: Path) -> None:
+    """`snapshot.compile_core`, what `bench.e2e` does to measure the build the image ships: a
+    core of one small module, compiled by this tree's recipe, is imported from its extension
+    (a real mypyc build, seconds for one module) and the build's scratch is gone."""
+    core = tmp_path / "webhook" / "core"
+    core.mkdir(parents=True)
+    (tmp_path / "webhook" / "__init__.py").write_text("")
+    (core / "__init__.py").write_text("")
+    (core / "tiny.py").write_text("def double(n: int) -> int:\n    return 2 * n\n")
+    snapshot.compile_core(tmp_path, None)
+    ran = subprocess.run(
+        [sys.executable, "-c", "import webhook.core.tiny as t; print(t.double(21), t.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    answer, loaded = ran.stdout.split()
+    assert answer == "42"
+    assert loaded.endswith(snapshot.EXTENSIONS)
+    assert not (tmp_path / "build").exists()

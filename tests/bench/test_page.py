@@ -112,6 +112,8 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
     "uncommitted changes measured": _code(
         "http", "scale", "growth", "profile", "choices", "e2e", webhook_dirty=True
     ),
+    "ours' core compiled, as the image builds it": _code("e2e", compiled_modules=59),
+    "ours' core as Python": _code("e2e", compiled_modules=0),
     "every part from one commit": _code(
         "http", "scale", "memory", "growth", "profile", "choices", commit="1234567"
     ),
