@@ -223,7 +223,8 @@ def test_a_catalog_spelling_is_only_warned_about() -> None:
     assert fired(verdict) == {"PA-S15": ["spec"]}
 
 
-@pytest.mark.parametrize("value", ["sometimes", "Atomic", 3])
+# A list or a map is no strategy either, and must not reach a set lookup (unhashable: a 500).
+@pytest.mark.parametrize("value", ["sometimes", "Atomic", 3, "[atomic]", "{a: b}"])
 def test_an_unknown_merge_strategy_is_denied_where_the_kind_has_one(value: object) -> None:
     store = store_of(KUADRANT_LIKE, CLUSTER)
     bad = rate_limit(ROUTE + f"  defaults: {{strategy: {value}, limits: {{a: {{}}}}}}")

@@ -226,7 +226,8 @@ def listener_admits(
 ) -> bool:
     """SPEC §4.2: namespace (default Same), kind (allowedRoutes.kinds) and protocol fit."""
     gk = route.group_kind
-    if listener.get("protocol") not in kinds.ROUTE_PROTOCOLS.get(gk, frozenset()):
+    protocol = listener.get("protocol")  # a list or a map would be unhashable: a 500
+    if not isinstance(protocol, str) or protocol not in kinds.ROUTE_PROTOCOLS.get(gk, frozenset()):
         return False
     allowed = listener.get("allowedRoutes")
     allowed = allowed if isinstance(allowed, Mapping) else {}

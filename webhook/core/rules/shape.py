@@ -296,7 +296,10 @@ def _stanza_selectors(present: Mapping[str, Any], profile: KindProfile) -> Itera
     if name is None:
         return
     for key, value in present.items():
-        if isinstance(value, Mapping) and name in value and value[name] not in STRATEGIES:
+        if not isinstance(value, Mapping) or name not in value:
+            continue
+        # Not `in STRATEGIES` alone: a list or a map there is unhashable (a TypeError, a 500).
+        if not (isinstance(value[name], str) and value[name] in STRATEGIES):
             yield Finding(
                 "PA-S14",
                 f"spec.{key}.{name}",

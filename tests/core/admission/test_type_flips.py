@@ -1,0 +1,216 @@
+"""Every value of a real object, replaced by a value of another JSON type, gets an answer.
+
+Why this exists: the image runs the core compiled (docs/architecture.md, *The compiled core*),
+and compiled code checks declared types at run time. A user's value that meets a declared type
+it does not have raises `TypeError` there, where Python might have carried it along: a 500, and
+on the validating webhook (failure policy `Fail`) a denial nobody earned, the worst bug this
+product can have. The fuzzer (`tests/fuzz/run_fuzz.py`) looks for such places at random; this
+walks them all, one value at a time: every value of every vendor's published policy
+(`tests/realworld/cases.yaml`, against its state) and of every object of the example cluster,
+replaced by each value of another type below, sent as a CREATE and as an UPDATE through the
+webhook's two entry points and the codec, as `/validate` and `/mutate` would. Each answer must
+be well-formed and echo the uid. `make test` runs it against the Python core and, in
+`make test-compiled`, against the compiled one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from tests.fixtures.budget import PROFILE
+from tests.fixtures.paths import EXAMPLES, REALWORLD
+from webhook.core.admission import mutation, reviews
+from webhook.core.admission import validation as admission
+from webhook.core.model import kinds, scopes
+from webhook.core.model.settings import Settings
+from webhook.core.state.store import Store
+from webhook.core.state.trim import trim
+from webhook.shell.cli.manifests import load_store, read_paths
+
+# One of each JSON type; a value is replaced by each whose type differs from its own.
+OTHERS: tuple[Any, ...] = (None, True, 7, 2.5, "x", ["x"], {"x": "y"})
+# In the fast loop (`make check`), every fifth value of each object; all of them in `make test`.
+STRIDE = 1 if PROFILE == "ci" else 5
+SETTINGS = Settings()
+
+
+def paths_of(node: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """The path of every value under `node`, its members' and items' included."""
+    children = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for key, child in children:
+        yield (*at, key)
+        yield from paths_of(child, (*at, key))
+
+
+def replaced(obj: Mapping[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    copied = copy.deepcopy(dict(obj))
+    parent: Any = copied
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    return copied
+
+
+def same_type(a: Any, b: Any) -> bool:
+    return type(a) is type(b) or (isinstance(a, int | float) and isinstance(b, int | float)
+                                  and not isinstance(a, bool) and not isinstance(b, bool))  # fmt: skip
+
+
+def body_of(
+    obj: Mapping[str, Any], old: Mapping[str, Any] | None, sent: Mapping[str, Any]
+) -> bytes:
+    """An AdmissionReview v1 as the API server sends it: CREATE, or UPDATE from `old`. The
+    envelope (kind, name, namespace) is the API server's, from the resource the request was
+    sent to: `sent`, the object as it was before a value of it was replaced."""
+    api_version = sent.get("apiVersion")
+    group, _, version = (
+        api_version.rpartition("/") if isinstance(api_version, str) else ("", "", "v1")
+    )
+    found = sent.get("metadata")
+    metadata: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    name, namespace = metadata.get("name"), metadata.get("namespace")
+    request: dict[str, Any] = {
+        "uid": "flip",
+        "kind": {"group": group, "version": version, "kind": sent.get("kind")},
+        "resource": {"group": group, "version": version, "resource": "things"},
+        "operation": "UPDATE" if old is not None else "CREATE",
+        "object": obj,
+        "oldObject": old,
+        "userInfo": {"username": "admin"},
+    }
+    request.update(
+        {k: v for k, v in (("name", name), ("namespace", namespace)) if isinstance(v, str)}
+    )
+    review = {"apiVersion": reviews.API_VERSION, "kind": reviews.KIND, "request": request}
+    return json.dumps(review).encode()
+
+
+def answered(body: bytes, view: Store) -> None:
+    """What the endpoints do with the body, both of them; each answer must be usable."""
+    request = reviews.decode_review(body)
+    verdict = admission.validate(request, view=view, settings=SETTINGS)
+    validated = reviews.encode_review(reviews.from_verdict("flip", verdict, request=request))
+    mutated = reviews.encode_review(
+        reviews.patched("flip", mutation.mutate(request, view=view, settings=SETTINGS))
+    )
+    for encoded in (validated, mutated):
+        response = json.loads(encoded)["response"]
+        assert response["uid"] == "flip"
+        assert isinstance(response["allowed"], bool)
+
+
+def every_flip(obj: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for index, path in enumerate(paths_of(obj)):
+        if index % STRIDE:
+            continue
+        parent: Any = obj
+        for key in path:
+            parent = parent[key]
+        for other in OTHERS:
+            if not same_type(parent, other):
+                yield f"{'.'.join(map(str, path))}={json.dumps(other)}", replaced(obj, path, other)
+
+
+def realworld_policies() -> list[tuple[str, dict[str, Any]]]:
+    import yaml
+
+    store, _ = load_store([str(REALWORLD / "crds"), str(REALWORLD / "state.yaml")])
+    cluster_scoped = scopes.cluster_scoped_kinds(store.objects(kinds.CRD))
+    cases = yaml.safe_load((REALWORLD / "cases.yaml").read_text(encoding="utf-8"))
+    return [
+        (
+            case["name"],
+            dict(
+                scopes.as_applied(
+                    case["policy"],
+                    namespace=case.get("namespace", "default"),
+                    cluster_scoped=cluster_scoped,
+                )
+            ),
+        )
+        for case in cases
+    ]
+
+
+def example_objects() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (
+            f"{located.obj.get('kind')}/{located.obj.get('metadata', {}).get('name')}",
+            dict(located.obj),
+        )
+        for located in read_paths([str(EXAMPLES / "cluster")])
+        if located.obj.get("kind") != "CustomResourceDefinition"
+    ]
+
+
+@pytest.fixture(scope="module")
+def states() -> dict[str, Store]:
+    return {
+        "realworld": load_store([str(REALWORLD / "crds"), str(REALWORLD / "state.yaml")])[0],
+        "examples": load_store([str(EXAMPLES / "cluster")])[0],
+    }
+
+
+EXAMPLE_OBJECTS = [pytest.param(obj, id=name) for name, obj in example_objects()]
+# Each subject with the state it is admitted against.
+SUBJECTS = [
+    pytest.param("realworld", policy, id=f"vendor:{name}") for name, policy in realworld_policies()
+] + [pytest.param("examples", obj, id=f"example:{name}") for name, obj in example_objects()]
+
+
+def flips_answered(obj: dict[str, Any], view: Store) -> int:
+    tried = 0
+    for flipped_at, flipped in every_flip(obj):
+        for old in (None, obj):
+            try:
+                answered(body_of(flipped, old, obj), view)
+            except Exception as exc:
+                raise AssertionError(f"{flipped_at} ({'UPDATE' if old else 'CREATE'})") from exc
+            tried += 1
+    return tried
+
+
+@pytest.mark.parametrize(("state", "obj"), SUBJECTS)
+def test_every_value_flipped_is_answered(
+    state: str, obj: dict[str, Any], states: dict[str, Store]
+) -> None:
+    assert flips_answered(obj, states[state]) > 0
+
+
+# Reviews answered against a state holding the flipped object: a route's annotation (/mutate)
+# and a policy's impact on what it targets (/validate) read every kind the examples hold.
+READERS = ("create-route.json", "create-good-policy.json")
+
+
+@pytest.mark.parametrize("obj", EXAMPLE_OBJECTS)
+def test_every_value_of_a_stored_example_object_flipped_is_read_without_an_exception(
+    obj: dict[str, Any],
+) -> None:
+    """As an informer stores what a watch sent (`trim`, then `upsert`), with the rest of the
+    example cluster; then reviews whose answers read it. The object is put back after each."""
+    store = load_store([str(EXAMPLES / "cluster")])[0]
+    keep = SETTINGS.annotation_key
+    bodies = [(EXAMPLES / "reviews" / review).read_bytes() for review in READERS]
+    tried = 0
+    for flipped_at, flipped in every_flip(obj):
+        try:
+            store.upsert(trim(flipped, keep_annotation=keep, parts=store.parts))
+            for body in bodies:
+                answered(body, store)
+        except Exception as exc:
+            raise AssertionError(flipped_at) from exc
+        finally:
+            store.upsert(trim(obj, keep_annotation=keep, parts=store.parts))
+        tried += 1
+    assert tried > 0
