@@ -198,11 +198,13 @@ def part_choices(plan: Plan, seed: int) -> dict[str, Any]:
 
 
 def part_e2e(plan: Plan, out: Path) -> dict[str, Any]:
-    """The committed webhook (`bench.e2e_code`): this part outlasts many edits of the tree."""
+    """The committed webhook (`bench.e2e_code`): this part outlasts many edits of the tree.
+    Its core compiled as the image builds it (`E2EConfig.compiled`)."""
     from bench import e2e, e2e_code
 
-    with e2e_code.committed() as code:
-        result = e2e.run(e2e.QUICK if plan is QUICK else e2e.FULL, out=out, log=log)
+    config = e2e.QUICK if plan is QUICK else e2e.FULL
+    with e2e_code.committed(compiled=config.compiled) as code:
+        result = e2e.run(config, out=out, log=log)
     result["code"] = code
     return result
 
