@@ -75,4 +75,4 @@ lock: install  ## requirements.lock: the image's dependencies, pinned with their
 	  --output-file requirements.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(COMPILED) .demo .pytest_cache .mypy_cache .ruff_cache
