@@ -157,6 +157,10 @@ class Bench:
         try:
             ours.start()
             self.wait_idle(ours, timeout=300)
+            if not base:  # what is measured is the build the part says it measures
+                core = "compiled" if self.config.compiled else "python"
+                if promtext.total(ours.samples(), f"{OUR_PREFIX}_build_info", core=core) != 1:
+                    raise RuntimeError(f"{ours.name} does not run the {core} core")
         except BaseException:
             ours.stop()  # a process that never settled is still ours to end, by its PID
             raise
