@@ -9,13 +9,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bench import e2e, e2e_procs
+from bench import e2e, e2e_procs, promtext
 
 
 class _StandInOurs:
     """What `start_ours` asks of `e2e_procs.Ours`: start, then stop by PID."""
 
     made: ClassVar[list[_StandInOurs]] = []
+    core: ClassVar[str] = "compiled"  # what its build_info says it runs
 
     def __init__(self, cluster: Any, workdir: Path, *, name: str, args: Any) -> None:
         self.name = name
@@ -26,6 +27,9 @@ class _StandInOurs:
     def start(self) -> None:
         pass
 
+    def samples(self) -> promtext.Samples:
+        return promtext.parse(f'policy_webhook_build_info{{core="{self.core}"}} 1.0\n')
+
     def stop(self) -> None:
         self.stops += 1
 
@@ -35,9 +39,21 @@ def bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> e2e.Bench:
     """A `Bench` without its control plane (its `__init__` provisions one), starting stand-ins."""
     _StandInOurs.made.clear()
     monkeypatch.setattr(e2e_procs, "Ours", _StandInOurs)
+    monkeypatch.setattr(_StandInOurs, "core", "compiled")
     bench = e2e.Bench.__new__(e2e.Bench)
     bench.cluster, bench.workdir, bench.started, bench.base_root = None, tmp_path, 0, None
+    bench.config = e2e.QUICK  # ours compiled, as shipped
     return bench
+
+
+def test_ours_running_another_core_than_the_part_measures_is_stopped_and_refused(
+    bench: e2e.Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "wait_idle", lambda ours, *, timeout, quiet=2.0: 0.5)
+    monkeypatch.setattr(_StandInOurs, "core", "python")
+    with pytest.raises(RuntimeError, match="ours-1 does not run the compiled core"):
+        bench.start_ours()
+    assert [ours.stops for ours in _StandInOurs.made] == [1]
 
 
 def test_ours_that_never_settles_is_stopped_before_the_error_goes_up(
