@@ -256,7 +256,7 @@ def _rules_flags(parser: argparse.ArgumentParser) -> None:
 
 def _version_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
-                        help="one line; json or yaml: version, gitCommit, gitTreeState, python")  # fmt: skip
+                        help="one line; json or yaml: version, gitCommit, gitTreeState, python, core")  # fmt: skip
 
 
 def _config_flags(parser: argparse.ArgumentParser) -> None:
