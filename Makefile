@@ -65,7 +65,7 @@ docs: install  ## regenerate the pages made from code (rules table, configuratio
 bench: install  ## every benchmark figure of docs/performance.md
 	$(BIN)/python -m bench
 
-bench-e2e: install  ## bulk writes and convergence on a real kube-apiserver (about 15 minutes here; its own page section)
+bench-e2e: install  ## bulk writes and convergence on a real kube-apiserver (about 20 minutes here; its own page section)
 	$(BIN)/python tests/e2e/provision.py
 	$(BIN)/python -m bench e2e
 

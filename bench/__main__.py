@@ -3,7 +3,7 @@
     python -m bench                  # everything, about 6 minutes on 2 cores
     python -m bench --quick          # everything, small sizes and short runs (about 2 minutes)
     python -m bench http scale       # some parts only (memory, growth, profile, choices, report)
-    python -m bench e2e              # the end-to-end part, on a real kube-apiserver (~15 min)
+    python -m bench e2e              # the end-to-end part, on a real kube-apiserver (~20 min)
 
 Each part writes `<out>/<part>.json`; then `<out>/results.json` is rebuilt from every part file
 there, and (full runs only) `docs/performance.md` and `docs/performance.png` with it. Quick runs
