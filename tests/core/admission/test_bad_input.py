@@ -11,7 +11,6 @@ the engine see realistic state.
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import time
@@ -22,13 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures import answers
 from tests.fixtures.budget import examples
 from tests.fixtures.paths import EXAMPLES
-from webhook.core.admission import mutation, reviews
+from webhook.core.admission import reviews
 from webhook.core.admission import validation as admission
 from webhook.core.model.settings import Settings
 from webhook.core.rules import impact
-from webhook.core.rules.findings import MAX_LINE, MAX_WARNINGS
 from webhook.core.state.store import Store
 from webhook.shell.cli import manifests
 
@@ -78,68 +77,12 @@ SEEDS: list[dict[str, Any]] = [
 ]
 
 
-# --- answering, and what every answer must look like ------------------------------------------
+# --- answering -----------------------------------------------------------------------------------
 
 
 def answer(body: bytes) -> bytes | None:
-    """What `/validate` would send back (None: HTTP 400); `/mutate`'s answer is checked too."""
-    try:
-        request = reviews.decode_review(body)
-    except reviews.MalformedReview:
-        return None
-    uid = request["uid"]
-    verdict = admission.validate(request, view=STORE, settings=SETTINGS)
-    validated = reviews.encode_review(reviews.from_verdict(uid, verdict, request=request))
-    assert_well_formed(validated, uid)
-    operations = mutation.mutate(request, view=STORE, settings=SETTINGS)
-    mutated = reviews.encode_review(reviews.patched(uid, operations))
-    assert_well_formed(mutated, uid)
-    # An annotation is at most 16 KiB (SPEC §3.3): a patch never grows with the input.
-    assert len(mutated) <= 3 * SETTINGS.annotation_max_bytes + 12 * len(uid)  # uid escaped
-    return validated
-
-
-def _refuse_constant(name: str) -> None:
-    raise AssertionError(f"{name} in a response is not JSON")
-
-
-def assert_well_formed(encoded: bytes, uid: str) -> dict[str, Any]:
-    """A response the API server can decode: UTF-8 JSON, uid echoed, SPEC §2.5 shapes."""
-    envelope = json.loads(encoded.decode("utf-8"), parse_constant=_refuse_constant)
-    assert envelope["apiVersion"] == reviews.API_VERSION
-    assert envelope["kind"] == reviews.KIND
-    response: dict[str, Any] = envelope["response"]
-    assert response["uid"] == uid
-    assert isinstance(response["allowed"], bool)
-    warnings = response.get("warnings", [])
-    assert isinstance(warnings, list) and len(warnings) <= MAX_WARNINGS
-    for line in warnings:
-        assert isinstance(line, str) and line.isprintable() and len(line) <= MAX_LINE, line
-    audit = response.get("auditAnnotations", {})
-    assert all(isinstance(k, str) and isinstance(v, str) for k, v in audit.items())
-    assert set(audit) <= {"verdict", "rules", "causes", "audit-findings"}, audit
-    assert all(v.isprintable() and len(v) <= reviews.MAX_AUDIT_VALUE for v in audit.values())
-    if not response["allowed"]:
-        assert audit["verdict"] == "denied" and audit["causes"]
-    if not response["allowed"]:
-        status = response["status"]
-        assert (status["code"], status["reason"]) == (422, "Invalid")
-        assert isinstance(status["message"], str)
-        assert len(status["message"]) <= reviews.MAX_STATUS_MESSAGE
-        causes = status["details"]["causes"]
-        assert causes
-        for cause in causes:
-            assert set(cause) == {"type", "field", "message"}
-            assert all(isinstance(v, str) for v in cause.values())
-            assert cause["message"].isprintable() and len(cause["message"]) <= MAX_LINE
-    if "patch" in response:
-        assert response["patchType"] == "JSONPatch"
-        operations = json.loads(base64.b64decode(response["patch"]))
-        assert isinstance(operations, list) and operations
-        for op in operations:
-            assert op["op"] in ("add", "replace", "remove")
-            assert op["path"].startswith("/metadata/annotations")
-    return response
+    """What `/validate` would send back against the example cluster (None: HTTP 400)."""
+    return answers.answered(body, STORE, SETTINGS)
 
 
 def body_of(review: object) -> bytes:
