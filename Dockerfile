@@ -51,13 +51,14 @@ COPY . .
 # pip byte-compiles what it installs, which matters: the runtime root filesystem is read-only,
 # so Python could not write .pyc files there. The webhook's own wheel is built with the locked
 # backend, its core compiled, and installed without looking at any index; the build's tools
-# (mypy and what only it needs, the backend, the installer) are then removed: the compiled
+# (mypy, the backend, what only they need, and the installer) are then removed: the compiled
 # modules need none of them. `pip check` first proves nothing left needs them either; the last
 # lines prove the entry point starts and runs the compiled core.
 RUN POLICY_WEBHOOK_COMPILE=1 \
     /opt/venv/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
  && /opt/venv/bin/pip install --no-cache-dir --no-deps --no-index /wheels/*.whl \
- && /opt/venv/bin/pip uninstall --yes mypy mypy-extensions librt pathspec ast-serialize setuptools wheel \
+ && /opt/venv/bin/pip uninstall --yes \
+    mypy mypy-extensions librt pathspec ast-serialize setuptools wheel packaging \
  && /opt/venv/bin/pip check \
  && /opt/venv/bin/pip uninstall --yes pip \
  && /opt/venv/bin/policy-webhook --help > /dev/null \

@@ -570,7 +570,7 @@ def test_the_lock_pins_every_dependency_with_hashes() -> None:
         for spec in project["project"]["dependencies"] + project["build-system"]["requires"]
     }
     assert direct <= names, direct - names
-    blocks = re.split(r"^(?=[A-Za-z0-9_.-]+==)", text, flags=re.MULTILINE)[1:]
+    blocks = lock_blocks()
     assert len(blocks) == len(pins)
     for block in blocks:
         assert "--hash=sha256:" in block, block.splitlines()[0]
@@ -632,13 +632,38 @@ def image_build_tools() -> list[str]:
     return found.group(1).split()
 
 
+def lock_blocks() -> list[str]:
+    """requirements.lock, one block per pinned package: its pin, hashes and `# via` lines."""
+    text = (ROOT / "requirements.lock").read_text()
+    return re.split(r"^(?=[A-Za-z0-9_.-]+==)", text, flags=re.MULTILINE)[1:]
+
+
+def lock_build_only() -> set[str]:
+    """The lock's packages that only the build needs: those that pip-compile's `# via` lines
+    trace to `build-system.requires` alone, never to the package's own dependencies."""
+    vias: dict[str, set[str]] = {}
+    for block in lock_blocks():
+        comments = (line.strip().lstrip("#").strip() for line in block.splitlines()[1:])
+        vias[block.split("==", 1)[0].lower()] = {
+            c.removeprefix("via").strip() for c in comments if c not in ("", "via")
+        }
+    needed = {
+        name for name, via in vias.items() if "policy-attachment-webhook (pyproject.toml)" in via
+    }
+    while more := {name for name, via in vias.items() if via & needed} - needed:
+        needed |= more  # what a package needed at run time needs is needed too
+    return set(vias) - needed
+
+
 def test_the_image_compiles_the_core_and_keeps_no_build_tool() -> None:
     builder = " ".join(" ".join(dockerfile_stages()[0]).split())
     assert "POLICY_WEBHOOK_COMPILE=1 /opt/venv/bin/pip wheel" in builder
     assert "apt-get install -y --no-install-recommends gcc libc6-dev" in builder
     assert 'policy-webhook version | grep -q "core compiled"' in builder
-    # Every package the lock has only for the build goes: mypy and what it alone needs.
-    assert {"mypy", "setuptools", "wheel"} <= set(image_build_tools())
+    # Every package the lock has only for the build goes, and nothing the webhook needs.
+    build_only = lock_build_only()
+    assert {"mypy", "setuptools", "wheel"} <= build_only
+    assert set(image_build_tools()) == build_only
 
 
 def test_the_image_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
