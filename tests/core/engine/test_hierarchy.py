@@ -171,6 +171,20 @@ ON_LISTENER = ("GatewayClass/acme", "Gateway/infra/gw#l", "HTTPRoute/apps/r")
             False,
             id="http_route_does_not_fit_tcp",
         ),
+        # A protocol no schema let through (a manifest read by `check`): unhashable, it once
+        # made a 500; it names no protocol, so it admits no route.
+        pytest.param(
+            "{name: l, port: 80, protocol: [HTTP], allowedRoutes: {namespaces: {from: All}}}",
+            "apps",
+            False,
+            id="a_protocol_that_is_a_list_admits_no_route",
+        ),
+        pytest.param(
+            "{name: l, port: 80, protocol: {HTTP: yes}, allowedRoutes: {namespaces: {from: All}}}",
+            "apps",
+            False,
+            id="a_protocol_that_is_a_map_admits_no_route",
+        ),
     ],
 )
 def test_allowed_routes(listener: str, route_ns: str, attached: bool) -> None:
