@@ -1,6 +1,6 @@
 """`python -m bench e2e`: what a user feels, on the real kube-apiserver v1.20 of the e2e suite.
 
-    python -m bench e2e              # full run (sizes 300 and 3,000), about 20 minutes on the 2-core machine
+    python -m bench e2e              # full run (sizes 300 and 3,000), about 20 minutes here
     python -m bench --quick e2e      # small sizes, for checking the harness
     python -m bench.e2e --profile    # the same, with py-spy on ours (writes e2e-profile-*.txt)
     python -m bench.e2e --gil        # the same, sampling ours only while it holds the GIL
@@ -13,8 +13,9 @@ webhook registered with the shipped configurations, the *floor* (that no-op addi
 of our size to each route and watching the routes: what any webhook that annotates makes the
 API server do, at no cost of its own) and ours (`policy-webhook serve`, started from a converged
 state, its core compiled with mypyc as the image builds it). Per set-up and size: the wall
-time of one `kubectl create -f` of a List of N HTTPRoutes (one Gateway with a RetryPolicy, one backend Service shared by all), the CPU
-each process spent, and the API server's own admission latency histogram for the webhooks.
+time of one `kubectl create -f` of a List of N HTTPRoutes (one Gateway with a RetryPolicy, one
+backend Service shared by all), the CPU each process spent, and the API server's own admission
+latency histogram for the webhooks.
 With ours, also the fan-out of one policy edit (until every route's annotation says the new
 value) at the default `--reconcile-qps` and with the limiter out of the way, and the cost of
 one route event as the routes sharing the Service grow (`bench.e2e_growth`).
