@@ -4,6 +4,12 @@
     python -m bench --quick          # everything, small sizes and short runs (about 2 minutes)
     python -m bench http scale       # some parts only (memory, growth, profile, choices, report)
     python -m bench e2e              # the end-to-end part, on a real kube-apiserver (~20 min)
+    python -m bench --python         # the core run as Python in every part
+
+The parts time the core as the image ships it: compiled with mypyc (`snapshot.compiled_copy`,
+about 2 minutes before the first part), but for the profiles, whose sampler sees Python's
+frames only and runs it as Python. Every measuring process reports which build it imported,
+and a part that timed another build than it was given stops the run.
 
 Each part writes `<out>/<part>.json`; then `<out>/results.json` is rebuilt from every part file
 there, and (full runs only) `docs/performance.md` and `docs/performance.png` with it. Quick runs
@@ -30,6 +36,9 @@ from bench import report, snapshot
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("http", "scale", "memory", "growth", "profile", "choices")
 EXTRA_PARTS = ("e2e",)  # run only when named
+# Run on the core as Python: py-spy samples Python's frames, and a compiled function has none.
+# (The end-to-end part builds its own code: `bench.e2e_code`.)
+PYTHON_PARTS = ("profile", "e2e")
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="measure the working tree live (it may change mid-run)",
     )
+    parser.add_argument(
+        "--python",
+        action="store_true",
+        help="run the core as Python in every part (by default compiled as the image builds it)",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.parts) - {*PARTS, *EXTRA_PARTS, "report"}
     if unknown:
@@ -262,9 +276,15 @@ def main(argv: list[str] | None = None) -> int:
     done: dict[str, Any] = {}
     frozen = None if args.no_snapshot or not parts else snapshot.take()
     measured = snapshot.identity()  # the snapshot's code (or the tree's, live)
+    roots = {"python": snapshot.code_root()}
     try:
-        _run_parts(parts, plan, args.seed, out, done, measured)
+        if not args.python and any(part not in PYTHON_PARTS for part in parts):
+            log("== compiling the core with mypyc, as the image builds it")
+            roots["compiled"] = snapshot.compiled_copy(roots["python"])
+        _run_parts(parts, plan, args.seed, out, done, roots)
     finally:
+        if "compiled" in roots:
+            snapshot.drop(roots["compiled"])
         if frozen is not None:
             snapshot.drop(frozen)
     if parts and snapshot.identity(snapshot.REPO)["digest"] != measured["digest"]:
@@ -282,33 +302,55 @@ def _run_parts(
     seed: int,
     out: Path,
     done: dict[str, Any],
-    measured: dict[str, Any],
+    roots: dict[str, Path],
 ) -> None:
+    """Each part on the code of its build (`roots`: `python`, and `compiled` unless --python)."""
     for part in parts:
-        log(f"== {part}")
-        t = time.perf_counter()
-        if part == "http":
-            result = part_http(plan, seed)
-        elif part == "scale":
-            result = part_scale(plan, seed)
-        elif part == "memory":
-            result = part_memory(plan, seed)
-        elif part == "growth":
-            result = part_growth(plan, seed, done)
-        elif part == "profile":
-            result = part_profile(plan, seed, out)
-        elif part == "e2e":
-            result = part_e2e(plan, out)
-        else:
-            result = part_choices(plan, seed)
-        result["wall_s"] = time.perf_counter() - t
-        result["unix_time"] = time.time()
-        result.setdefault("code", measured)  # e2e names the commit it measured
+        core = "python" if part in PYTHON_PARTS or "compiled" not in roots else "compiled"
+        log(f"== {part} (core {core})")
+        with snapshot.measuring(roots[core]):
+            result = _run_part(part, plan, seed, out, done)
+            result.setdefault("code", {**snapshot.identity(), "core": core})  # e2e names its own
+        _check_core(part, result, core)
         done[part] = result
         (out / f"{part}.json").write_text(
             json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8"
         )
-        log(f"   {part} took {time.perf_counter() - t:.0f} s")
+
+
+def _check_core(part: str, result: dict[str, Any], expected: str) -> None:
+    """Stop the run if a measuring process imported another build of the core than the part
+    was given (`core` in what it reported; `growth` reports per size): its numbers would be
+    put on the page under the wrong name."""
+    reported = [result, *result.get("runs", [])]
+    found = {r["core"] for r in reported if isinstance(r, dict) and "core" in r}
+    if found - {expected}:
+        raise RuntimeError(
+            f"part {part} was to time the core {expected}, and its processes ran it "
+            f"{', '.join(sorted(found))}: nothing of it is written"
+        )
+
+
+def _run_part(part: str, plan: Plan, seed: int, out: Path, done: dict[str, Any]) -> dict[str, Any]:
+    t = time.perf_counter()
+    if part == "http":
+        result = part_http(plan, seed)
+    elif part == "scale":
+        result = part_scale(plan, seed)
+    elif part == "memory":
+        result = part_memory(plan, seed)
+    elif part == "growth":
+        result = part_growth(plan, seed, done)
+    elif part == "profile":
+        result = part_profile(plan, seed, out)
+    elif part == "e2e":
+        result = part_e2e(plan, out)
+    else:
+        result = part_choices(plan, seed)
+    result["wall_s"] = time.perf_counter() - t
+    result["unix_time"] = time.time()
+    log(f"   {part} took {result['wall_s']:.0f} s")
+    return result
 
 
 if __name__ == "__main__":

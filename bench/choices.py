@@ -29,6 +29,7 @@ from webhook.core.engine import effective, memo
 from webhook.core.model.refs import key_of
 from webhook.core.state.store import Store
 from webhook.shell.process import logs
+from webhook.shell.process.build import core_build
 
 
 def _time(fn: Callable[[Any], Any], items: list[Any], repeat: int) -> float:
@@ -130,7 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
-    json.dump(run(seed=args.seed, rounds=args.rounds), sys.stdout)
+    # With which build of the core it was timed (`bench` checks it).
+    result: dict[str, Any] = {**run(seed=args.seed, rounds=args.rounds), "core": core_build()}
+    json.dump(result, sys.stdout)
     sys.stdout.write("\n")
 
 

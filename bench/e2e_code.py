@@ -57,9 +57,7 @@ def identity(folder: Path, rev: str | None) -> dict[str, Any]:
     as `snapshot.identity` reads it, with how many of its modules are compiled
     extensions (which the digest of the sources does not see)."""
     digest = snapshot.source_digest(folder)
-    compiled = sum(
-        1 for path in (folder / "webhook").rglob("*") if path.name.endswith(snapshot.EXTENSIONS)
-    )
+    compiled = snapshot.compiled_modules(folder)
     if rev is None:
         return {
             "commit": "folder",

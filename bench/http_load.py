@@ -83,7 +83,8 @@ def run(config: HttpConfig, *, log: Any = print) -> dict[str, Any]:
         names = ["noop", "webhook"] + (["webhook_uvloop"] if config.compare_uvloop else [])
         for name in names:
             servers[name] = _start(name, config, work)
-        ports = {name: _ready(proc, name) for name, proc in servers.items()}
+        ready = {name: _ready(proc, name) for name, proc in servers.items()}
+        ports = {name: int(fields[0]) for name, fields in ready.items()}
         urls = {name: f"https://127.0.0.1:{port}" for name, port in ports.items()}
         procs = list(servers.values())
         ca = str(certs.ca_file)
@@ -132,6 +133,8 @@ def run(config: HttpConfig, *, log: Any = print) -> dict[str, Any]:
             "config": dataclasses.asdict(config),
             "tool": tool,
             "sanity": sanity,
+            # Which build of the core the webhook served with (`bench` checks it).
+            "core": dict(f.split("=", 1) for f in ready["webhook"][1:] if "=" in f).get("core"),
         }
         result.update(_summarize(rounds, endpoints, config))
         if config.compare_loadgen and tool == "wrk":
@@ -243,12 +246,13 @@ def _start(name: str, config: HttpConfig, work: Path) -> subprocess.Popen[str]:
     )
 
 
-def _ready(proc: subprocess.Popen[str], name: str) -> int:
+def _ready(proc: subprocess.Popen[str], name: str) -> list[str]:
+    """The fields of the server's READY line (`bench.servers`): its port first."""
     assert proc.stdout is not None
     line = proc.stdout.readline()  # blocks until READY, or EOF if the server died
     if not line.startswith("READY"):
         raise RuntimeError(f"{name} server did not start (exit {proc.poll()}): {line!r}")
-    return int(line.split()[1])
+    return line.split()[1:]
 
 
 async def _sanity(urls: dict[str, str], bodies: dict[str, Path], ca: str) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from webhook.core.engine import memo
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import Store
 from webhook.shell.process import heap
+from webhook.shell.process.build import core_build
 
 # Not state: shared by every part, or the code itself.
 _NOT_STATE = (
@@ -62,7 +63,7 @@ PARTS: tuple[tuple[str, str, Roots], ...] = (
     (
         "store_indexes",
         "the store's indexes: by kind, policies by target and selector; its write log",
-        lambda s, m, c: [v for name, v in vars(s).items() if name != "memo"],
+        lambda s, m, c: [v for name, v in fields(s).items() if name != "memo"],
     ),
     ("hierarchy_index", "the hierarchy index: children by parent", lambda s, m, c: [m._index]),
     (
@@ -91,7 +92,7 @@ PARTS: tuple[tuple[str, str, Roots], ...] = (
         lambda s, m, c: [m._engine],
     ),
     ("hubs", "busy Services' values in pieces, one per route", lambda s, m, c: [m._hubs]),
-    ("memo_rest", "the memo's other tables", lambda s, m, c: [vars(m)]),
+    ("memo_rest", "the memo's other tables", lambda s, m, c: [fields(m)]),
     (
         "summary_values",
         "the annotation values, in fragments that values share (`summary.Fragments`)",
@@ -101,9 +102,21 @@ PARTS: tuple[tuple[str, str, Roots], ...] = (
         "summary_cache",
         "the cache's own bookkeeping: where each kind's piece lies, expiry order, what a "
         "write affects",
-        lambda s, m, c: [vars(c)],
+        lambda s, m, c: [fields(c)],
     ),
 )
+
+
+def fields(obj: Any) -> dict[str, Any]:
+    """An object's attributes by name: its `__dict__` as Python keeps it, or for a class that
+    mypyc compiled (the core as the image ships it) the fields its instances hold in place of
+    one, which mypyc lists in `__mypyc_attrs__`; a field never set is left out."""
+    if hasattr(obj, "__dict__"):
+        return dict(vars(obj))
+    names: tuple[str, ...] = getattr(type(obj), "__mypyc_attrs__", ())
+    missing = object()
+    found = {name: getattr(obj, name, missing) for name in names}
+    return {name: value for name, value in found.items() if value is not missing}
 
 
 class _Weigher:
@@ -181,7 +194,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    json.dump(measure(args.scale, args.seed), sys.stdout)
+    result = measure(args.scale, args.seed)
+    result["core"] = core_build()  # which build of the core was weighed (`bench` checks it)
+    json.dump(result, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -246,18 +246,52 @@ def _code(text: prose.Prose, parts: Mapping[str, Any]) -> list[str]:
         by_commit: dict[str, list[str]] = {}
         for name, c in codes.items():
             by_commit.setdefault(c["commit"], []).append(name)
+        build = _build(text, codes)
         if len(by_commit) == 1:
-            return text.block("code_same", first, dirty=dirty)
+            return text.block("code_same", first, dirty=dirty, build=build)
         # A part run again after a change outside `webhook/` (the harness): the same product
         # code, measured from more than one commit.
         commits = "; ".join(f"`{c}`: {', '.join(names)}" for c, names in by_commit.items())
-        return text.block("code_same_webhook", first, dirty=dirty, commits=commits)
+        return text.block("code_same_webhook", first, dirty=dirty, commits=commits, build=build)
     return text.block(
         "code_differs",
         {},
         where=", ".join(f"{name}: `{c['commit']}`/`{c['digest']}`" for name, c in codes.items()),
         changed=text.text("code_changed", {}, parts=", ".join(changed)) if changed else "",
     )
+
+
+_PART_NAMES = {
+    "http": "§1",
+    "scale": "§2",
+    "memory": "§2's memory",
+    "growth": "§3",
+    "choices": "*Choices*' library timings",
+}
+
+
+def _build(text: prose.Prose, codes: Mapping[str, Mapping[str, Any]]) -> str:
+    """Which build of the core each part ran (`python -m bench` gives the profiles Python,
+    the rest the compiled core unless `--python`); parts from before builds were recorded
+    count as Python, which is what they ran."""
+    compiled = [name for name, c in codes.items() if c.get("core") == "compiled"]
+    if not compiled:
+        return text.text("build_python", {})
+    python = [name for name in codes if name not in compiled]
+    named = [_PART_NAMES.get(name, name) for name in python if name != "profile"]
+    if "profile" in python:
+        named.append(text.text("build_profile_python", {}))
+    return text.text(
+        "build_compiled",
+        {},
+        modules=max(codes[name].get("compiled_modules", 0) for name in compiled),
+        parts=_joined([_PART_NAMES.get(name, name) for name in compiled]),
+        python_parts=_joined(named) if named else "no part",
+    )
+
+
+def _joined(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _http(

@@ -60,6 +60,7 @@ from webhook.core.model.refs import ObjectKey, key_of
 from webhook.core.model.settings import Settings
 from webhook.core.state.store import WRITE_LOG, Store
 from webhook.core.state.trim import trim
+from webhook.shell.process.build import core_build
 
 _T = TypeVar("_T")
 
@@ -612,6 +613,7 @@ def main(argv: list[str] | None = None) -> None:
         lookups=args.lookups,
         fanout_repeats=args.fanout_repeats,
     )
+    result["core"] = core_build()  # which build of the core was timed (`bench` checks it)
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
 

@@ -18,9 +18,8 @@ as a reconciler would after a policy edit, within ours' default limits (`--recon
 `--reconcile-burst`, `--reconcile-workers`): the floor of a fan-out, each patch coming back
 through its /mutate as ours' patches come back through ours.
 Both print `READY <port>` on stdout once they accept connections (the webhook adds what it
-loaded, its collector's thresholds and how many objects its settled heap froze) and stop on
-SIGTERM. Logs go
-to stderr, which the harness sends to a file.
+loaded, its collector's thresholds, how many objects its settled heap froze and which build of
+the core it runs) and stop on SIGTERM. Logs go to stderr, which the harness sends to a file.
 
 The webhook also answers `GET /bench/cpu` with the CPU seconds it spent inside the admission
 decisions (`validation.validate` and `mutation.mutate`, the core) and how many it made, so that
@@ -53,6 +52,7 @@ from webhook.shell.https.endpoints import build_app
 from webhook.shell.https.server import HttpsServer
 from webhook.shell.https.tls import ReloadingTLS
 from webhook.shell.process import heap
+from webhook.shell.process.build import core_build
 from webhook.shell.process.logs import setup_logging
 from webhook.shell.process.metrics import Metrics
 from webhook.shell.process.readiness import Readiness
@@ -116,7 +116,8 @@ async def _run_webhook(args: argparse.Namespace) -> None:
     await server.start()
     print(
         f"READY {server.port} objects={cluster.count()} load_s={time.perf_counter() - started:.2f}"
-        f" gc_threshold={','.join(map(str, gc.get_threshold()))} frozen={gc.get_freeze_count()}",
+        f" gc_threshold={','.join(map(str, gc.get_threshold()))} frozen={gc.get_freeze_count()}"
+        f" core={core_build()}",
         flush=True,
     )
     await _until_stopped()

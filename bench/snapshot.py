@@ -66,8 +66,38 @@ def take() -> Path:
 
 
 def drop(folder: Path) -> None:
-    os.environ.pop(_ENV, None)
+    if os.environ.get(_ENV) == str(folder):
+        os.environ.pop(_ENV, None)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def compiled_copy(source: Path) -> Path:
+    """A copy of the code at `source` (a snapshot, or the repository) with its core compiled
+    as the image builds it (`compile_core`): what the parts that time the shipped build run.
+    The caller `drop`s it."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-code-compiled-"))
+    try:
+        _copy_code(source, folder)
+        shutil.copytree(source / "bench", folder / "bench", ignore=_IGNORE)
+        compile_core(folder, None)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
+@contextlib.contextmanager
+def measuring(root: Path) -> Iterator[None]:
+    """For the block, measuring processes start at `root` (`code_root()`) and import from it."""
+    previous = os.environ.get(_ENV)
+    os.environ[_ENV] = str(root)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_ENV, None)
+        else:
+            os.environ[_ENV] = previous
 
 
 @contextlib.contextmanager
@@ -122,7 +152,14 @@ def identity(root: Path | None = None) -> dict[str, Any]:
         "commit": git("rev-parse", "--short", "HEAD") or "unknown",
         "webhook_dirty": bool(git("status", "--porcelain", "--", "webhook")),
         "digest": source_digest(root),
+        "compiled_modules": compiled_modules(root),
     }
+
+
+def compiled_modules(root: Path) -> int:
+    """How many modules of `webhook/` under `root` are compiled extensions: what the digest of
+    the sources does not see."""
+    return sum(1 for path in (root / "webhook").rglob("*") if path.name.endswith(EXTENSIONS))
 
 
 def source_digest(root: Path) -> str:

@@ -3,6 +3,7 @@ a table the webhook still has — a rename fails here, not on the performance pa
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -26,6 +27,30 @@ def test_code_and_types_are_not_counted_as_state() -> None:
     assert weighed["containers"] == 1  # the list only
 
 
+class _Compiled:
+    """Stands in for a class mypyc compiled, as the core's are in the image: its instances
+    have no `__dict__`, and the class names their fields in `__mypyc_attrs__`. (The compiled
+    run of `make test` weighs the real ones: `test_a_converged_leader_…` below.)"""
+
+    __slots__ = ("_store", "hits", "never_set")
+    __mypyc_attrs__ = ("_store", "hits", "never_set")
+
+    def __init__(self) -> None:
+        self._store = {"a": 1}
+        self.hits = 3
+
+
+def test_the_fields_of_a_compiled_class_are_read_as_a_python_objects_dict() -> None:
+    class Plain:
+        def __init__(self) -> None:
+            self._store = {"a": 1}
+            self.hits = 3
+
+    compiled = _Compiled()
+    assert not hasattr(compiled, "__dict__")
+    assert memory.fields(compiled) == memory.fields(Plain()) == {"_store": {"a": 1}, "hits": 3}
+
+
 def _measured(scale: float) -> dict[str, Any]:
     # A process of its own, as `python -m bench memory` runs it: the harness tunes and freezes
     # the collector as `serve` does, which this test process must not.
@@ -45,6 +70,7 @@ def test_a_converged_leader_is_weighed_in_every_part_it_holds() -> None:
     assert held["tuple"] == result["summaries_nonempty"] > 0
     assert result["counted_mb"] == sum(part["bytes"] for part in parts.values()) / 1e6
     assert result["objects"] > result["annotated_objects"] > 0
+    assert result["core"] == os.environ.get("POLICY_WEBHOOK_EXPECT_CORE", "python")
 
 
 def test_a_fresh_process_measures_its_memory_above_its_own_start_not_its_parents_peak() -> None:

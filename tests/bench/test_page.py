@@ -112,6 +112,13 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
     "uncommitted changes measured": _code(
         "http", "scale", "growth", "profile", "choices", "e2e", webhook_dirty=True
     ),
+    "the core compiled but in the profiles, as `python -m bench` runs it": _both(
+        _code("http", "scale", "memory", "growth", "choices", core="compiled", compiled_modules=59),
+        _code("profile", core="python", compiled_modules=0),
+    ),
+    "the core as Python in every part (`--python`)": _code(
+        "http", "scale", "memory", "growth", "profile", "choices", core="python"
+    ),
     "ours' core compiled, as the image builds it": _code("e2e", compiled_modules=59),
     "ours' core as Python": _code("e2e", compiled_modules=0),
     "every part from one commit": _code(
@@ -122,6 +129,18 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
         _code("http", digest="000000000000"), _code("scale", changed_during_part=True)
     ),
 }
+
+
+def test_the_page_says_which_build_of_the_core_each_part_timed() -> None:
+    parts = copy.deepcopy(committed_parts())
+    VARIANTS["the core compiled but in the profiles, as `python -m bench` runs it"](parts)
+    rendered = render(parts)
+    assert (
+        "Its core ran compiled with mypyc as the image builds it (59 modules) in §1, §2, "
+        "§2's memory, §3 and *Choices*' library timings; the profiles (*Where the time goes*"
+    ) in rendered
+    VARIANTS["the core as Python in every part (`--python`)"](parts)
+    assert "Its core ran as Python in every part" in render(parts)
 
 
 def test_every_snippet_of_the_templates_is_filled_by_some_run(
