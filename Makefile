@@ -37,9 +37,10 @@ compiled: install  ## $(COMPILED): a copy of this tree (tracked and new files) w
 # The copy's end-to-end suite reads the upstream Gateway API CRDs from where this checkout's would.
 GATEWAY_API_DIR_HERE = $(shell cd tests/e2e && $(abspath $(BIN))/python -c 'import cluster; print(cluster.gateway_api_dir())')
 
-test-compiled: compiled  ## the core, HTTPS and end-to-end suites and a minute of fuzzing, against the compiled core (as the image ships it)
+test-compiled: compiled  ## the core, HTTPS and end-to-end suites, the memory benchmark's weighing and a minute of fuzzing, against the compiled core (as the image ships it)
 	cd $(COMPILED) && POLICY_WEBHOOK_EXPECT_CORE=compiled PYTHONPATH=$(abspath $(COMPILED)) \
-	  GATEWAY_API_DIR="$(GATEWAY_API_DIR_HERE)" $(abspath $(BIN))/python -m pytest -m "not python_only" tests/core tests/shell tests/e2e
+	  GATEWAY_API_DIR="$(GATEWAY_API_DIR_HERE)" $(abspath $(BIN))/python -m pytest -m "not python_only" tests/core tests/shell tests/e2e \
+	  tests/bench/test_memory.py
 	cd $(COMPILED) && $(abspath $(BIN))/python tests/fuzz/run_fuzz.py --seconds 60 --seed 2026
 
 test-unit: install  ## everything but the end-to-end suite, with the full property budgets
