@@ -1,14 +1,14 @@
 """`python -m bench` (`make bench`): every benchmark, then results.json, the plot and the page.
 
-    python -m bench                  # everything, about 6 minutes on 2 cores
-    python -m bench --quick          # everything, small sizes and short runs (about 2 minutes)
+    python -m bench                  # everything, about 8 minutes on 2 cores
+    python -m bench --quick          # everything, small sizes and short runs (about 3 minutes)
     python -m bench http scale       # some parts only (memory, growth, profile, choices, report)
     python -m bench e2e              # the end-to-end part, on a real kube-apiserver (~20 min)
-    python -m bench --python         # the core run as Python in every part
+    python -m bench --python         # the core run as Python (bench.e2e has its own --python)
 
 The parts time the core as the image ships it: compiled with mypyc (`snapshot.compiled_copy`,
-about 2 minutes before the first part), but for the profiles, whose sampler sees Python's
-frames only and runs it as Python. Every measuring process reports which build it imported,
+about 2 minutes before the first part), but for the profiles, which run it as Python: their
+sampler sees Python's frames only. Every measuring process reports which build it imported,
 and a part that timed another build than it was given stops the run.
 
 Each part writes `<out>/<part>.json`; then `<out>/results.json` is rebuilt from every part file
@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("http", "scale", "memory", "growth", "profile", "choices")
 EXTRA_PARTS = ("e2e",)  # run only when named
 # Run on the core as Python: py-spy samples Python's frames, and a compiled function has none.
-# (The end-to-end part builds its own code: `bench.e2e_code`.)
-PYTHON_PARTS = ("profile", "e2e")
+PYTHON_PARTS = ("profile",)
+# The end-to-end part builds the code it measures itself, compiled too (`bench.e2e_code`).
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"any of {', '.join(PARTS + EXTRA_PARTS)}, report (default: all but {', '.join(EXTRA_PARTS)})",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="small sizes, short runs (about 2 minutes)"
+        "--quick", action="store_true", help="small sizes, short runs (about 3 minutes)"
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -258,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--python",
         action="store_true",
-        help="run the core as Python in every part (by default compiled as the image builds it)",
+        help="run the core as Python in every part (by default compiled as the image builds"
+        " it); the end-to-end part has its own flag: python -m bench.e2e --python",
     )
     args = parser.parse_args(argv)
     unknown = set(args.parts) - {*PARTS, *EXTRA_PARTS, "report"}
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = snapshot.identity()  # the snapshot's code (or the tree's, live)
     roots = {"python": snapshot.code_root()}
     try:
-        if not args.python and any(part not in PYTHON_PARTS for part in parts):
+        if not args.python and set(parts) - {*PYTHON_PARTS, *EXTRA_PARTS}:
             log("== compiling the core with mypyc, as the image builds it")
             roots["compiled"] = snapshot.compiled_copy(roots["python"])
         _run_parts(parts, plan, args.seed, out, done, roots)
@@ -307,7 +308,7 @@ def _run_parts(
     """Each part on the code of its build (`roots`: `python`, and `compiled` unless --python)."""
     for part in parts:
         core = "python" if part in PYTHON_PARTS or "compiled" not in roots else "compiled"
-        log(f"== {part} (core {core})")
+        log(f"== {part}" if part in EXTRA_PARTS else f"== {part} (core {core})")
         with snapshot.measuring(roots[core]):
             result = _run_part(part, plan, seed, out, done)
             result.setdefault("code", {**snapshot.identity(), "core": core})  # e2e names its own
