@@ -107,6 +107,7 @@ VARIANTS: dict[str, Callable[[Parts], None]] = {
         validate_after_route_write_cat_valid_gateway_median_ms=1.9,
         validate_after_route_write_cat_valid_namespace_median_ms=2.0,
     ),
+    "the fixed rate's p99 over its target": _set("http", http_validate_p99_ratio=2.5),
     "wrk well ahead of the Python client": _set("http", http_wrk_gain_over_python_client=2.0),
     "wrk no faster than the Python client": _set("http", http_wrk_gain_over_python_client=0.9),
     "uncommitted changes measured": _code(
