@@ -127,8 +127,8 @@ def test_a_second_direct_policy_on_a_service_warns_that_it_is_conflicted(
     try:
         assert done.returncode == 0, done.stderr
         assert (
-            "Warning: [PA-C01] spec.targetRefs[0]: HealthCheckPolicy apps/foo-health also targets Service/apps/foo and wins"
-            in done.stderr
+            "Warning: [PA-C01] spec.targetRefs[0]: foo-health targets it too and wins (older); "
+            "this one is Conflicted" in done.stderr
         )
     finally:
         kubectl(

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from webhook.core.admission import mutation, reviews  # noqa: E402
 from webhook.core.admission import validation as admission  # noqa: E402
 from webhook.core.model.settings import Settings  # noqa: E402
-from webhook.core.rules.findings import MAX_LINE, MAX_WARNINGS  # noqa: E402
+from webhook.core.rules.findings import MAX_WARNING_LINE, MAX_WARNINGS  # noqa: E402
 from webhook.shell.cli import manifests  # noqa: E402
 from webhook.shell.process import build  # noqa: E402
 
@@ -256,7 +256,7 @@ def check(encoded: bytes, uid: str) -> None:
         raise Malformed("uid not echoed, or no allowed")
     warnings = response.get("warnings", [])
     if len(warnings) > MAX_WARNINGS or any(
-        not isinstance(w, str) or not w.isprintable() or len(w) > MAX_LINE for w in warnings
+        not isinstance(w, str) or not w.isprintable() or len(w) > MAX_WARNING_LINE for w in warnings
     ):
         raise Malformed(f"bad warnings: {str(warnings)[:200]}")
     if not response["allowed"]:

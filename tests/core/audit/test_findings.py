@@ -66,7 +66,7 @@ def test_a_missing_target_is_a_target_warning_on_the_policy_pa_t06() -> None:
         "severity": "medium",
         "result": "warn",
         "scored": False,
-        "message": "HTTPRoute/apps/gone does not exist (yet); the policy has no effect until it does",
+        "message": "HTTPRoute/apps/gone does not exist (yet); no effect until it does",
         "resources": [
             {
                 "apiVersion": "policies.example.com/v1alpha1",
@@ -114,9 +114,8 @@ def test_two_direct_policies_on_one_service_show_pa_c01_on_both() -> None:
     by_policy = {r["resources"][0]["name"]: r for r in results if r["policy"] == "PA-C01"}
     assert set(by_policy) == {"older", "newer"}
     assert "this one wins" in by_policy["older"]["message"]
-    assert (
-        "apps/older" in by_policy["newer"]["message"]
-        and "Conflicted" in by_policy["newer"]["message"]
+    assert by_policy["newer"]["message"] == (
+        "older targets it too and wins (older); this one is Conflicted"
     )
     assert {r["category"] for r in by_policy.values()} == {"Conflict"}
 

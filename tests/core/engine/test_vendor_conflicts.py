@@ -169,20 +169,21 @@ def test_pa_c01_is_silent_for_policies_that_both_apply() -> None:
 def test_pa_c01_names_the_field_both_set_and_who_is_conflicted() -> None:
     view = store(upstream("zone", "zoneSize: 1m", OLDER))
     assert c01(view, upstream("both", "zoneSize: 2m", NEWER)) == [
-        "UpstreamSettingsPolicy apps/zone also targets Service/apps/foo and sets zoneSize too; "
-        "it wins (older): this one will be Conflicted"
+        "zone also sets zoneSize on it and wins (older): this one is Conflicted"
     ]
     view = store(upstream("later", "zoneSize: 2m", NEWER))
     assert c01(view, upstream("earlier", "zoneSize: 1m", OLDER)) == [
-        "UpstreamSettingsPolicy apps/later also targets Service/apps/foo and sets zoneSize too; "
-        "this one wins (older): that one becomes Conflicted"
+        "later also sets zoneSize on it; this one wins (older): that one is Conflicted"
     ]
 
 
 def test_pa_c01_for_an_inherited_kind_says_conflicted_not_a_field_lost() -> None:
     view = store(client("older", "keepAlive: {timeout: {server: 5s}}", OLDER))
     (message,) = c01(view, client("newer", "keepAlive: {timeout: {header: 3s}}", NEWER))
-    assert "sets keepAlive.timeout too; it wins (older): this one will be Conflicted" in message
+    assert (
+        message
+        == "older also sets keepAlive.timeout on it and wins (older): this one is Conflicted"
+    )
 
 
 def test_a_policy_conflicted_at_one_target_still_applies_at_its_others() -> None:

@@ -66,7 +66,9 @@ def test_e10_second_direct_policy_is_told_the_first_wins_and_it_is_conflicted() 
     verdict = admit(store, health("p2", "2026-01-01T00:00:01Z"))
     assert verdict.allowed
     (line,) = lines(verdict, "PA-C01")
-    assert "apps/p1" in line and "wins (older)" in line and "this one will be Conflicted" in line
+    assert line == (
+        "[PA-C01] spec.targetRefs[0]: p1 targets it too and wins (older); this one is Conflicted"
+    )
 
 
 def test_e12_direct_policies_on_different_sections_do_not_conflict() -> None:
@@ -91,7 +93,7 @@ def test_inherited_conflict_names_the_fields_the_other_policy_wins() -> None:
         ),
     )
     (line,) = lines(verdict, "PA-C01")
-    assert line.endswith("also targets HTTPRoute/apps/r and wins on maxRetries")
+    assert line == "[PA-C01] spec.targetRefs[0]: older targets it too and wins on maxRetries"
 
 
 def test_an_override_wins_over_a_default_at_the_same_rung_whatever_the_age() -> None:

@@ -115,7 +115,7 @@ def _object_findings(
     findings: list[Finding] = []
     policy_class, inferred = class_of(spec, profile)
     if inferred:
-        message = f"{gk} has no {POLICY_LABEL} label and no profile; treated as {policy_class}"
+        message = f"{gk}: no {POLICY_LABEL} label, no profile: {policy_class}"
         findings.append(Finding("PA-K01", "", message))
     findings += shape.check(spec, profile=profile, policy_class=policy_class)
     findings += targets.check(

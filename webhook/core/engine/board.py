@@ -145,4 +145,9 @@ def tie(loser: Policy, winner: Policy) -> str:
 
 def tie_why(loser: Policy, winner: Policy) -> str:
     """SPEC §4.4: the older one wins; on equal timestamps, `namespace/name` in byte order."""
-    return "older" if winner.created < loser.created else "same age, alphabetical"
+    return "older" if older_wins(loser, winner) else "same age, alphabetical"
+
+
+def older_wins(loser: Policy, winner: Policy) -> bool:
+    """Whether `winner` beat `loser` by its age (SPEC §4.4), not by its name."""
+    return winner.created < loser.created

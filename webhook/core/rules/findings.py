@@ -7,7 +7,7 @@ judged findings make the `Verdict` the HTTP layer and the CLI both render.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -15,8 +15,12 @@ from webhook.core.model.profiles import Action
 from webhook.core.rules.ruletable import RULES_BY_ID
 
 MAX_WARNINGS = 10  # SPEC §2.5
-# A line quotes what the user wrote (a name, a key, a value) and that may be megabytes long.
-# SPEC §2.5 wants ≤ 120 characters where possible; this bounds the cases where it is not.
+# SPEC §2.5: a warning is one line of at most 120 characters, rule ID and field included. The
+# rules write their messages to fit (`line_room`, `listed`); a line that quotes a long name
+# (a Kubernetes name may have 253 characters) is cut to fit where it is sent as a warning.
+MAX_WARNING_LINE = 120
+# A line quotes what the user wrote (a name, a key, a value) and that may be megabytes long:
+# the bound of a line kept whole (a denial's cause, the decision log, `check`).
 MAX_LINE = 512
 # What one admission came to, in the words of the decision log, the metrics and the audit
 # annotations (SPEC §8.1).
@@ -84,9 +88,10 @@ class Verdict:
         return tuple(sorted({j.finding.rule_id for j in self.judged if j.action != "off"}))
 
     def warning_lines(self) -> list[str]:
-        """At most MAX_WARNINGS lines; the last one says how many were left out (SPEC §2.5)."""
+        """At most MAX_WARNINGS lines of at most MAX_WARNING_LINE characters; the last one says
+        how many were left out (SPEC §2.5)."""
         # Warnings reach the user as HTTP `Warning` headers, which cannot hold a line break.
-        lines = [one_line(f.text) for f in self.warnings]
+        lines = [fit_line(f.text) for f in self.warnings]
         if len(lines) <= MAX_WARNINGS:
             return lines
         kept = lines[: MAX_WARNINGS - 1]
@@ -94,6 +99,42 @@ class Verdict:
             f"... and {len(lines) - len(kept)} more warnings (run `policy-webhook check` to see all)"
         )
         return kept
+
+
+def line_room(rule_id: str, field: str) -> int:
+    """How many characters a finding's message has on a warning line (SPEC §2.5), after the
+    rule ID and the field."""
+    return MAX_WARNING_LINE - len(Finding(rule_id, field, "").text)
+
+
+def listed(items: Sequence[str], room: int, *, sep: str = ", ") -> str:
+    """`items` joined, or as many as fit in `room` characters followed by `+N more`; at least
+    one is shown, however long: a list in a message that must fit its line (SPEC §2.5)."""
+    whole = sep.join(items)
+    if len(whole) <= room:
+        return whole
+    shown: list[str] = []
+    for item in items:
+        more = len(items) - len(shown) - 1
+        if shown and len(sep.join([*shown, item]) + f" +{more} more") > room:
+            break
+        shown.append(item)
+    more = len(items) - len(shown)
+    return sep.join(shown) + (f" +{more} more" if more else "")
+
+
+KEPT_END = 48  # of a warning cut to its line: its last characters, which say what follows
+
+
+def fit_line(text: str, limit: int = MAX_WARNING_LINE) -> str:
+    """`text` on one line of at most `limit` characters: where it is longer (a quoted name too
+    long for any wording), cut in the middle, so that the rule, the field and what the line
+    concludes stay."""
+    text = one_line(text)
+    if len(text) <= limit:
+        return text
+    end = min(KEPT_END, limit // 2)
+    return text[: limit - end - 1] + "…" + text[-end:]
 
 
 def one_line(text: str, limit: int = MAX_LINE) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.engine import effective, hierarchy
-from webhook.core.engine.board import WHOLE, tie_why
+from webhook.core.engine.board import WHOLE, older_wins
 from webhook.core.engine.effective import KindResult
 from webhook.core.engine.hierarchy import Rung
 from webhook.core.engine.stanzas import stanza_schema
@@ -35,7 +35,7 @@ from webhook.core.model.policy import (
 from webhook.core.model.profiles import KindProfile
 from webhook.core.model.refs import GroupKind, ObjectKey, key_of
 from webhook.core.model.settings import Settings
-from webhook.core.rules.findings import Finding
+from webhook.core.rules.findings import Finding, line_room, listed
 from webhook.core.state.overlay import OverlayView
 from webhook.core.state.store import ClusterView, policy_targets
 
@@ -190,15 +190,23 @@ def _conflicts(policy: Policy, view: ClusterView) -> Iterable[Finding]:
                 continue
             if section not in other.sections_on(target, obj):
                 continue
-            where = target.display(section)
+            field = field_of.get((target, section), selector_field)
+            # SPEC §2.5's line: the other policy is the same kind (no need to name it), named
+            # without its namespace where it shares this one's, and the target is the one the
+            # field names, unless a selector picked it.
+            name = _named(other, policy)
+            where = "it" if (target, section) in field_of else target.display(section)
+            opening = f"{name} targets {where} too"
             if vendor_rule:
-                message = _vendor_conflict(policy, other, where, view)
+                message = _vendor_conflict(policy, other, name, where, view)
             elif policy.policy_class == "Direct":
-                message = _direct_conflict(policy, other, where)
+                message = _direct_conflict(policy, other, opening)
             else:
-                message = _inherited_conflict(policy, other, where, Rung(target, section), view)
+                rung = Rung(target, section)
+                room = line_room("PA-C01", field)
+                message = _inherited_conflict(policy, other, opening, rung, view, room)
             if message:
-                yield Finding("PA-C01", field_of.get((target, section), selector_field), message)
+                yield Finding("PA-C01", field, message)
 
 
 def _wins(a: Policy, b: Policy) -> bool:
@@ -206,45 +214,60 @@ def _wins(a: Policy, b: Policy) -> bool:
     return a.order_key < b.order_key
 
 
-def _direct_conflict(policy: Policy, other: Policy, where: str) -> str:
-    kind = policy.key.kind
+def _named(other: Policy, policy: Policy) -> str:
+    """`name` for a policy in `policy`'s namespace, else `namespace/name` (`/name`: cluster)."""
+    if policy.key.namespace and other.key.namespace == policy.key.namespace:
+        return other.key.name
+    return other.ref
+
+
+def _why(loser: Policy, winner: Policy) -> str:
+    """Why `winner` wins (SPEC §4.4), in the words a PA-C01 line has room for."""
+    return "older" if older_wins(loser, winner) else "same age, by name"
+
+
+def _direct_conflict(policy: Policy, other: Policy, opening: str) -> str:
     if _wins(other, policy):
-        return f"{kind} {other.ref} also targets {where} and wins ({tie_why(policy, other)}); this one will be Conflicted"
-    return f"{kind} {other.ref} also targets {where}; this one wins ({tie_why(other, policy)}), that one becomes Conflicted"
+        return f"{opening} and wins ({_why(policy, other)}); this one is Conflicted"
+    return f"{opening}; this one wins ({_why(other, policy)}): that one is Conflicted"
 
 
-def _vendor_conflict(policy: Policy, other: Policy, where: str, view: ClusterView) -> str | None:
+def _vendor_conflict(
+    policy: Policy, other: Policy, name: str, where: str, view: ClusterView
+) -> str | None:
     """For a kind whose vendor has its own rule for policies on one target (catalog
     `conflict_keys`, NGINX Gateway Fabric's): the one that comes second is Conflicted when
     both set one of its fields; otherwise both apply, merged, and nothing is lost."""
     found = effective.same_target_conflict(policy, other, view)
     if found is None:
         return None
-    kind, key = policy.key.kind, found.key
+    opening = f"{name} also sets {found.key} on {where}"
     if found.loser.key == policy.key:
-        return f"{kind} {other.ref} also targets {where} and sets {key} too; it wins ({tie_why(policy, other)}): this one will be Conflicted"
-    return f"{kind} {other.ref} also targets {where} and sets {key} too; this one wins ({tie_why(other, policy)}): that one becomes Conflicted"
+        return f"{opening} and wins ({_why(policy, other)}): this one is Conflicted"
+    return f"{opening}; this one wins ({_why(other, policy)}): that one is Conflicted"
 
 
 def _inherited_conflict(
-    policy: Policy, other: Policy, where: str, rung: Rung, view: ClusterView
+    policy: Policy, other: Policy, opening: str, rung: Rung, view: ClusterView, room: int
 ) -> str | None:
     """What either policy loses to the other at the rung both target, as the engine decides it
     (`effective.losses_at_one_rung`): the fields where they meet — or everything, where an
     atomic stanza is replaced whole (Envoy Gateway's and Kuadrant's kinds: the one that loses
-    applies nothing there, however different their fields)."""
+    applies nothing there, however different their fields). The fields are listed as far as
+    `room` lets them (SPEC §2.5's line), the rest counted."""
     losses = effective.losses_at_one_rung(policy, other, rung, view)
     lost = {loser.field for loser in losses if loser.policy == policy.ref}
     won = {loser.field for loser in losses if loser.policy == other.ref}
-    kind = policy.key.kind
     if WHOLE in lost:
-        return f"{kind} {other.ref} also targets {where} and wins whole (atomic)"
+        return f"{opening} and wins whole (atomic)"
     if lost:
-        return f"{kind} {other.ref} also targets {where} and wins on {', '.join(sorted(lost))}"
+        head = f"{opening} and wins on "
+        return head + listed(sorted(lost), room - len(head))
     if WHOLE in won:
-        return f"{kind} {other.ref} also targets {where}; this one wins whole (atomic)"
+        return f"{opening}; this one wins whole (atomic)"
     if won:
-        return f"{kind} {other.ref} also targets {where}; this one wins on {', '.join(sorted(won))}"
+        head = f"{opening}; this one wins on "
+        return head + listed(sorted(won), room - len(head))
     return None
 
 

@@ -30,7 +30,7 @@ from webhook.core.model.policy import (
 from webhook.core.model.profiles import KindProfile, PolicyClass
 from webhook.core.model.refs import GroupKind, ObjectKey
 from webhook.core.rules import shape
-from webhook.core.rules.findings import Finding
+from webhook.core.rules.findings import Finding, line_room, listed
 from webhook.core.state.store import ClusterView
 
 _KNOWN_BY_LOWER: Mapping[str, GroupKind] = {gk.kind.lower(): gk for gk in kinds.KNOWN_KINDS}
@@ -139,13 +139,33 @@ def _kind_allowed(gk: GroupKind, field: str, *, profile: KindProfile) -> Iterato
             return  # PA-T09 said it all: the kind is right but for its letter case
     if gk in profile.allowed_targets:
         return
-    allowed = kinds.describe_kinds(profile.allowed_targets)
-    name = profile.group_kind.kind
+    yield Finding("PA-T01", field, _not_allowed(gk, field, profile))
+
+
+def _not_allowed(gk: GroupKind, field: str, profile: KindProfile) -> str:
+    """PA-T01's message: the first of its forms that fits SPEC §2.5's line — the policy kind,
+    the target's kind and the allowed kinds described; then, as the field already names the
+    target's kind, without those two; then the allowed kinds as many as fit, the rest counted."""
+    name, allowed = profile.group_kind.kind, profile.allowed_targets
+    described = kinds.describe_kinds(allowed)
     if profile.targets_configured:
-        message = f"{name} cannot target {_show(gk)}; allowed: {allowed}"
+        forms = [f"{name} cannot target {_show(gk)}; allowed: {described}"]
+        pattern = "not an allowed target; allowed: {}"
     else:
-        message = f"{name} is not known to target {_show(gk)} (known: {allowed}); effect not shown"
-    yield Finding("PA-T01", field, message)
+        forms = [
+            f"{name} is not known to target {_show(gk)} (known: {described}); effect not shown"
+        ]
+        pattern = "not a known target, effect not shown (known: {})"
+    short = (
+        "Gateway API kinds, Service, Namespace" if allowed == kinds.DEFAULT_TARGETS else described
+    )
+    forms.append(pattern.format(short))
+    room = line_room("PA-T01", field)
+    fitting = [form for form in forms if len(form) <= room]
+    if fitting:
+        return fitting[0]
+    names = sorted(target.kind for target in allowed)
+    return pattern.format(listed(names, room - len(pattern.format(""))))
 
 
 def _show(gk: GroupKind) -> str:
@@ -167,7 +187,7 @@ def _selector(
         yield Finding(
             "PA-T06",
             selector.field,
-            f'no {selector.kind} in namespace "{namespace}" matches (yet); the policy has no effect until one does',
+            f'no {selector.kind} in namespace "{namespace}" matches (yet); no effect until one does',
         )
 
 
@@ -188,8 +208,7 @@ def _scope(ref: TargetRef, *, namespace: str) -> Iterator[Finding]:
         yield Finding(
             "PA-T10",
             f"{ref.field}.kind",
-            "a namespaced policy targets a cluster-scoped GatewayClass; check that your "
-            "implementation reads such policies",
+            "a namespaced policy on a cluster-scoped GatewayClass: not all implementations read it",
         )
     elif namespace and not own_namespace_only(namespace, ref.target_key(namespace)):
         yield Finding(
@@ -238,7 +257,7 @@ def _against_state(ref: TargetRef, *, namespace: str, view: ClusterView) -> Iter
         yield Finding(
             "PA-T06",
             ref.field,
-            f"{key} does not exist (yet); the policy has no effect until it does",
+            f"{key} does not exist (yet); no effect until it does",
         )
         return
     if meta.deleting(target):
