@@ -24,7 +24,7 @@ demo: install  ## serve the bundled examples without a cluster; see README for r
 	@echo "       --data @examples/reviews/create-broken-policy.json https://127.0.0.1:$(PORT)/validate"
 	$(BIN)/policy-webhook serve --manifests examples/cluster --port $(PORT) --self-signed-dir .demo
 
-test: install  ## the whole suite: unit and HTTPS on the core as Python, then all but deploy/bench on the compiled core (end to end on a real kube-apiserver)
+test: install  ## the whole suite: unit and HTTPS on the core as Python, then the core, HTTPS and end-to-end suites (on a real kube-apiserver) and the memory weighing on the compiled core
 	$(BIN)/python tests/e2e/provision.py
 	$(BIN)/python -m pytest tests/core tests/shell tests/deploy tests/bench
 	$(MAKE) test-compiled

@@ -232,7 +232,14 @@ class Bench:
                 created = self.api.get(f"{e2e_world.ROUTES_PATH}/{names[0]}")
                 if e2e_world.annotation_of(created) is None:
                     raise RuntimeError("the floor's /mutate added no annotation")
-            row["admission"] = admission(metrics, self.scrape())
+            after = self.scrape()
+            row["admission"] = admission(metrics, after)
+            row["requests"] = requests(metrics, after)
+            others = {k: n for k, n in row["requests"].items() if k not in ROUTE_CREATES}
+            self.log(
+                f"  {size} routes, round {round_no}, {setup}: API requests besides the creates "
+                + (", ".join(f"{k} {n}" for k, n in sorted(others.items())) or "none")
+            )
             if setup == "floor" and noop is not None:
                 row["fanout"] = self.floor_fanout(noop, size)
             if ours is not None:
@@ -391,6 +398,29 @@ def loop_lag(before: promtext.Samples, after: promtext.Samples) -> dict[str, Any
     return e2e_summary.pooled(
         [promtext.histogram(after, metric).minus(promtext.histogram(before, metric))]
     )
+
+
+REQUESTS = "apiserver_request_total"
+ROUTE_CREATES = ("post httproutes", "create httproutes")  # as the API server names the verb
+
+
+def requests(before: promtext.Samples, after: promtext.Samples) -> dict[str, int]:
+    """The API server's requests served between two scrapes, by verb and resource
+    (`patch services`, `watch httproutes`, …; a subresource after a slash): what each set-up
+    made the API server do besides the creates, which its CPU figure does not say."""
+    out: dict[str, int] = {}
+    for (name, labels), value in after.items():
+        if name != REQUESTS:
+            continue
+        found = dict(labels)
+        resource = found.get("resource", "")
+        if found.get("subresource"):
+            resource += "/" + found["subresource"]
+        key = f"{found.get('verb', '').lower()} {resource}".strip()
+        served = value - before.get((name, labels), 0.0)
+        if served > 0:
+            out[key] = out.get(key, 0) + round(served)
+    return out
 
 
 def admission(before: promtext.Samples, after: promtext.Samples) -> dict[str, Any]:

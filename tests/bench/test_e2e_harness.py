@@ -75,3 +75,20 @@ def test_ours_that_settles_is_handed_over_running(
     ours = bench.start_ours()
     assert ours is _StandInOurs.made[0]
     assert ours.stops == 0
+
+
+def test_the_api_servers_requests_of_a_phase_are_counted_by_verb_and_resource() -> None:
+    def scrape(creates: int, patches: int, conflicts: int = 1) -> promtext.Samples:
+        return promtext.parse(
+            f"""# TYPE apiserver_request_total counter
+apiserver_request_total{{code="201",group="gateway.networking.k8s.io",resource="httproutes",subresource="",verb="POST",version="v1"}} {creates}
+apiserver_request_total{{code="200",group="",resource="services",subresource="",verb="PATCH",version="v1"}} {patches}
+apiserver_request_total{{code="200",group="",resource="services",subresource="status",verb="PATCH",version="v1"}} 4
+apiserver_request_total{{code="409",group="",resource="services",subresource="",verb="PATCH",version="v1"}} {conflicts}
+"""
+        )
+
+    counted = e2e.requests(scrape(100, 7), scrape(400, 10, conflicts=2))
+    # The series of one verb and resource add up, whatever their code; a subresource whose
+    # count did not move is left out.
+    assert counted == {"post httproutes": 300, "patch services": 4}
