@@ -11,15 +11,12 @@ A baseline (`--baseline`) may also be a folder: its `webhook/` as it is, built a
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from bench import snapshot
-
-_ENV = "BENCH_CODE_ROOT"  # what `snapshot.code_root()` reads
 
 
 @contextlib.contextmanager
@@ -30,15 +27,8 @@ def committed(rev: str = "HEAD", *, compiled: bool = False) -> Iterator[dict[str
         if compiled:
             snapshot.compile_core(folder, rev)
             code = identity(folder, rev)  # now with its compiled modules counted
-        previous = os.environ.get(_ENV)
-        os.environ[_ENV] = str(folder)
-        try:
+        with snapshot.measuring(folder):
             yield code
-        finally:
-            if previous is None:
-                os.environ.pop(_ENV, None)
-            else:
-                os.environ[_ENV] = previous
 
 
 @contextlib.contextmanager

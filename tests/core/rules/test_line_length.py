@@ -15,8 +15,10 @@ from tests.core.rules.test_realworld import CASES, placed, state_paths
 from tests.fixtures.engine import CLUSTER, CRDS, store_of
 from tests.fixtures.paths import EXAMPLES
 from webhook.core.admission import validation as admission
-from webhook.core.model.refs import key_of
+from webhook.core.model.profiles import KindProfile
+from webhook.core.model.refs import GroupKind, key_of
 from webhook.core.model.settings import Settings
+from webhook.core.rules import targets
 from webhook.core.rules.findings import (
     MAX_WARNING_LINE,
     Finding,
@@ -69,6 +71,37 @@ def test_an_inherited_conflict_lists_the_fields_that_fit_and_counts_the_rest() -
     assert len(line) <= MAX_WARNING_LINE
     assert line.startswith("[PA-C01] spec.targetRefs[0]: older targets it too and wins on ")
     assert line.endswith(" more") and "field00WithALongName" in line
+
+
+GATEWAY_API = "gateway.networking.k8s.io"
+
+
+def _not_known(target_kind: str, *allowed: GroupKind) -> str:
+    """PA-T01 for a RetryPolicy that knows `allowed` and targets `target_kind` (core group)."""
+    profile = KindProfile(
+        GroupKind("policies.example.com", "RetryPolicy"), allowed_targets=frozenset(allowed)
+    )
+    field = "spec.targetRefs[0].kind"
+    (finding,) = targets._kind_allowed(GroupKind("", target_kind), field, profile=profile)
+    assert finding.rule_id == "PA-T01"
+    return finding.text
+
+
+def test_pa_t01_names_both_kinds_and_what_is_known_where_the_line_has_room() -> None:
+    assert _not_known("Secret", GroupKind("", "Service")) == (
+        "[PA-T01] spec.targetRefs[0].kind: RetryPolicy is not known to target Secret "
+        "(known: Service (core)); effect not shown"
+    )
+
+
+def test_pa_t01_lists_the_known_kinds_that_fit_and_counts_the_rest() -> None:
+    routes = ("GRPCRoute", "Gateway", "HTTPRoute", "ListenerSet", "TCPRoute", "TLSRoute")
+    line = _not_known("Service", *(GroupKind(GATEWAY_API, kind) for kind in routes))
+    assert line == (
+        "[PA-T01] spec.targetRefs[0].kind: not a known target, effect not shown "
+        "(known: GRPCRoute, Gateway, HTTPRoute +3 more)"
+    )
+    assert len(line) <= MAX_WARNING_LINE
 
 
 def _warning_texts(verdict: Verdict) -> list[str]:

@@ -143,11 +143,7 @@ def tie(loser: Policy, winner: Policy) -> str:
     return f"lost tie-break to {winner.ref} ({tie_why(loser, winner)})"
 
 
-def tie_why(loser: Policy, winner: Policy) -> str:
-    """SPEC §4.4: the older one wins; on equal timestamps, `namespace/name` in byte order."""
-    return "older" if older_wins(loser, winner) else "same age, alphabetical"
-
-
-def older_wins(loser: Policy, winner: Policy) -> bool:
-    """Whether `winner` beat `loser` by its age (SPEC §4.4), not by its name."""
-    return winner.created < loser.created
+def tie_why(loser: Policy, winner: Policy, *, same_age: str = "same age, alphabetical") -> str:
+    """SPEC §4.4: the older one wins; on equal timestamps, `namespace/name` in byte order
+    (said as `same_age`)."""
+    return "older" if winner.created < loser.created else same_age

@@ -136,10 +136,13 @@ def is_cluster_scoped(gk: GroupKind) -> bool:
     return gk in CLUSTER_SCOPED
 
 
-def describe_kinds(gks: frozenset[GroupKind]) -> str:
+def describe_kinds(gks: frozenset[GroupKind], *, brief: bool = False) -> str:
     """`Gateway, HTTPRoute (gateway.networking.k8s.io); Service (core)` — short enough to read;
-    SPEC §1.4's whole list in its own words, so a line that names it stays short (§2.5)."""
+    SPEC §1.4's whole list in its own words, so a line that names it stays short (§2.5), and
+    `brief` for a line that has less room."""
     if gks == DEFAULT_TARGETS:
+        if brief:
+            return "Gateway API kinds, Service, Namespace"
         return "the Gateway API kinds, Service and Namespace (SPEC 1.4)"
     by_group: dict[str, list[str]] = {}
     for gk in gks:

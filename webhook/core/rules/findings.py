@@ -130,11 +130,10 @@ def fit_line(text: str, limit: int = MAX_WARNING_LINE) -> str:
     """`text` on one line of at most `limit` characters: where it is longer (a quoted name too
     long for any wording), cut in the middle, so that the rule, the field and what the line
     concludes stay."""
-    text = one_line(text)
-    if len(text) <= limit:
-        return text
-    end = min(KEPT_END, limit // 2)
-    return text[: limit - end - 1] + "…" + text[-end:]
+    if len(text) > limit:  # cut first: the end kept is the text's own, and one_line reads less
+        end = min(KEPT_END, limit // 2)
+        text = text[: limit - end - 1] + "…" + text[-end:]
+    return one_line(text, limit)
 
 
 def one_line(text: str, limit: int = MAX_LINE) -> str:

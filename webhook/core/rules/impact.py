@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.core.engine import effective, hierarchy
-from webhook.core.engine.board import WHOLE, older_wins
+from webhook.core.engine.board import WHOLE, tie_why
 from webhook.core.engine.effective import KindResult
 from webhook.core.engine.hierarchy import Rung
 from webhook.core.engine.stanzas import stanza_schema
@@ -196,13 +196,12 @@ def _conflicts(policy: Policy, view: ClusterView) -> Iterable[Finding]:
             # field names, unless a selector picked it.
             name = _named(other, policy)
             where = "it" if (target, section) in field_of else target.display(section)
-            opening = f"{name} targets {where} too"
             if vendor_rule:
                 message = _vendor_conflict(policy, other, name, where, view)
             elif policy.policy_class == "Direct":
-                message = _direct_conflict(policy, other, opening)
+                message = _direct_conflict(policy, other, f"{name} targets {where} too")
             else:
-                rung = Rung(target, section)
+                opening, rung = f"{name} targets {where} too", Rung(target, section)
                 room = line_room("PA-C01", field)
                 message = _inherited_conflict(policy, other, opening, rung, view, room)
             if message:
@@ -223,7 +222,7 @@ def _named(other: Policy, policy: Policy) -> str:
 
 def _why(loser: Policy, winner: Policy) -> str:
     """Why `winner` wins (SPEC §4.4), in the words a PA-C01 line has room for."""
-    return "older" if older_wins(loser, winner) else "same age, by name"
+    return tie_why(loser, winner, same_age="same age, by name")
 
 
 def _direct_conflict(policy: Policy, other: Policy, opening: str) -> str:

@@ -145,25 +145,22 @@ def _kind_allowed(gk: GroupKind, field: str, *, profile: KindProfile) -> Iterato
 def _not_allowed(gk: GroupKind, field: str, profile: KindProfile) -> str:
     """PA-T01's message: the first of its forms that fits SPEC §2.5's line — the policy kind,
     the target's kind and the allowed kinds described; then, as the field already names the
-    target's kind, without those two; then the allowed kinds as many as fit, the rest counted."""
+    target's kind, without those two, the kinds described briefly; then the allowed kinds as
+    many as fit, the rest counted."""
     name, allowed = profile.group_kind.kind, profile.allowed_targets
     described = kinds.describe_kinds(allowed)
     if profile.targets_configured:
-        forms = [f"{name} cannot target {_show(gk)}; allowed: {described}"]
+        full = f"{name} cannot target {_show(gk)}; allowed: {described}"
         pattern = "not an allowed target; allowed: {}"
     else:
-        forms = [
-            f"{name} is not known to target {_show(gk)} (known: {described}); effect not shown"
-        ]
+        full = f"{name} is not known to target {_show(gk)} (known: {described}); effect not shown"
         pattern = "not a known target, effect not shown (known: {})"
-    short = (
-        "Gateway API kinds, Service, Namespace" if allowed == kinds.DEFAULT_TARGETS else described
-    )
-    forms.append(pattern.format(short))
     room = line_room("PA-T01", field)
-    fitting = [form for form in forms if len(form) <= room]
-    if fitting:
-        return fitting[0]
+    if len(full) <= room:
+        return full
+    brief = pattern.format(kinds.describe_kinds(allowed, brief=True))
+    if len(brief) <= room:
+        return brief
     names = sorted(target.kind for target in allowed)
     return pattern.format(listed(names, room - len(pattern.format(""))))
 
