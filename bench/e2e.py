@@ -235,7 +235,9 @@ class Bench:
             after = self.scrape()
             row["admission"] = admission(metrics, after)
             row["requests"] = requests(metrics, after)
-            others = {k: n for k, n in row["requests"].items() if k not in ROUTE_CREATES}
+            others = {
+                k: n for k, n in row["requests"].items() if k not in e2e_summary.ROUTE_CREATES
+            }
             self.log(
                 f"  {size} routes, round {round_no}, {setup}: API requests besides the creates "
                 + (", ".join(f"{k} {n}" for k, n in sorted(others.items())) or "none")
@@ -401,7 +403,6 @@ def loop_lag(before: promtext.Samples, after: promtext.Samples) -> dict[str, Any
 
 
 REQUESTS = "apiserver_request_total"
-ROUTE_CREATES = ("post httproutes", "create httproutes")  # as the API server names the verb
 
 
 def requests(before: promtext.Samples, after: promtext.Samples) -> dict[str, int]:

@@ -75,6 +75,22 @@ def handler_latency(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# A route's create as the API server counts it (`verb` as v1.20 writes it, and as later ones do).
+ROUTE_CREATES = ("post httproutes", "create httproutes")
+
+
+def other_requests(rows: Sequence[Mapping[str, Any]], size: int, setup: str) -> dict[str, float]:
+    """What one set-up made the API server serve in a bulk create besides the routes' creates:
+    each verb and resource (`patch services`, `put leases`), the median count over the rounds
+    that counted requests (a round without one counts 0); empty where none did."""
+    counted = [
+        r["requests"] for r in rows if r["size"] == size and r["setup"] == setup and "requests" in r
+    ]
+    kinds = sorted({k for c in counted for k in c if k not in ROUTE_CREATES})
+    medians = {k: _median([float(c.get(k, 0)) for c in counted]) for k in kinds}
+    return {k: n for k, n in medians.items() if n > 0}
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
