@@ -4,6 +4,8 @@ fails. No control plane here: the one step under test is driven with a stand-in 
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -92,3 +94,22 @@ apiserver_request_total{{code="409",group="",resource="services",subresource="",
     # The series of one verb and resource add up, whatever their code; a subresource whose
     # count did not move is left out.
     assert counted == {"post httproutes": 300, "patch services": 4}
+
+
+def test_a_few_milliseconds_of_cpu_read_as_themselves_not_as_a_tick() -> None:
+    """The growth probes' reading: `/proc/<pid>/stat` counts 10 ms ticks, so a route event of
+    3 ms read 0 or 10; the scheduler's per-thread account reads it to the nanosecond."""
+
+    def burn(seconds: float) -> None:  # on this thread's own CPU clock
+        until = time.thread_time() + seconds
+        while time.thread_time() < until:
+            pass
+
+    pid = os.getpid()
+    before = e2e_procs.thread_cpu_seconds(pid)
+    burn(0.003)
+    spent = e2e_procs.thread_cpu_seconds(pid) - before
+    assert 0.003 <= spent < 0.009, spent  # neither 0 nor a whole tick
+    before = e2e_procs.thread_cpu_seconds(pid)
+    burn(0.05)
+    assert 0.05 <= e2e_procs.thread_cpu_seconds(pid) - before < 0.08

@@ -157,7 +157,9 @@ def test_the_page_says_which_build_of_the_core_each_part_timed() -> None:
 
 def test_the_bulk_creates_other_requests_are_shown_per_set_up() -> None:
     parts = copy.deepcopy(committed_parts())
-    assert "API requests besides the creates" not in render(parts)  # not counted then
+    for row in parts["e2e"]["rows"]:  # a run from before the harness counted them
+        row.pop("requests", None)
+    assert "API requests besides the creates" not in render(parts)
     VARIANTS["the API server's requests counted"](parts)
     rendered = render(parts)
     assert "| webhook process | API requests besides the creates |" in rendered
