@@ -33,8 +33,8 @@ DEFAULT_INTERVAL = 0.02  # seconds between probes while the process works: 50 a 
 IDLE_INTERVAL = 0.25  # ... while it idles: 4 a second
 # CPU time over wall time since the previous probe above which the process counts as working.
 # Above the probe's own share at `interval` (about 1.2 % here, more on a slower core), so that
-# the probe alone does not keep it sampling fast; one review (about half a millisecond) per
-# 20 ms does.
+# the probe alone does not keep it sampling fast; a review (about half a millisecond) every
+# 10 ms does.
 BUSY_SHARE = 0.05
 
 
