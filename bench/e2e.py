@@ -235,9 +235,7 @@ class Bench:
             after = self.scrape()
             row["admission"] = admission(metrics, after)
             row["requests"] = requests(metrics, after)
-            others = {
-                k: n for k, n in row["requests"].items() if k not in e2e_summary.ROUTE_CREATES
-            }
+            others = e2e_summary.besides_creates(row["requests"])
             self.log(
                 f"  {size} routes, round {round_no}, {setup}: API requests besides the creates "
                 + (", ".join(f"{k} {n}" for k, n in sorted(others.items())) or "none")

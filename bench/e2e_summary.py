@@ -76,7 +76,12 @@ def handler_latency(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 # A route's create as the API server counts it (`verb` as v1.20 writes it, and as later ones do).
-ROUTE_CREATES = ("post httproutes", "create httproutes")
+_ROUTE_CREATES = ("post httproutes", "create httproutes")
+
+
+def besides_creates(requests: Mapping[str, int]) -> dict[str, int]:
+    """One bulk create's requests (`requests` of a round) without the routes' own creates."""
+    return {kind: n for kind, n in requests.items() if kind not in _ROUTE_CREATES}
 
 
 def other_requests(rows: Sequence[Mapping[str, Any]], size: int, setup: str) -> dict[str, float]:
@@ -84,9 +89,11 @@ def other_requests(rows: Sequence[Mapping[str, Any]], size: int, setup: str) -> 
     each verb and resource (`patch services`, `put leases`), the median count over the rounds
     that counted requests (a round without one counts 0); empty where none did."""
     counted = [
-        r["requests"] for r in rows if r["size"] == size and r["setup"] == setup and "requests" in r
+        besides_creates(r["requests"])
+        for r in rows
+        if r["size"] == size and r["setup"] == setup and "requests" in r
     ]
-    kinds = sorted({k for c in counted for k in c if k not in ROUTE_CREATES})
+    kinds = sorted({k for c in counted for k in c})
     medians = {k: _median([float(c.get(k, 0)) for c in counted]) for k in kinds}
     return {k: n for k, n in medians.items() if n > 0}
 

@@ -71,6 +71,23 @@ def test_e10_second_direct_policy_is_told_the_first_wins_and_it_is_conflicted() 
     )
 
 
+def test_a_direct_conflict_between_policies_of_one_age_is_settled_by_name() -> None:
+    """SPEC §4.4: on equal timestamps `namespace/name` in byte order wins, and PA-C01 says so,
+    whichever of the two is being applied."""
+    same = "2026-01-01T00:00:00Z"
+    store = store_of(CRDS, CLUSTER, health("p1", same))
+    (line,) = lines(admit(store, health("p2", same)), "PA-C01")
+    assert line == (
+        "[PA-C01] spec.targetRefs[0]: p1 targets it too and wins (same age, by name); "
+        "this one is Conflicted"
+    )
+    (line,) = lines(admit(store, health("p0", same)), "PA-C01")
+    assert line == (
+        "[PA-C01] spec.targetRefs[0]: p1 targets it too; this one wins (same age, by name): "
+        "that one is Conflicted"
+    )
+
+
 def test_e12_direct_policies_on_different_sections_do_not_conflict() -> None:
     store = store_of(CRDS, CLUSTER, health("p1", "2026-01-01T00:00:00Z"))
     assert (

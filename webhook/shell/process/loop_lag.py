@@ -50,7 +50,7 @@ async def probe(
     `idle_interval`."""
     step = interval
     while True:
-        slept_at, cpu_at = time.monotonic(), cpu_clock()  # the clock of asyncio's timers
+        slept_at, cpu_at = time.monotonic(), cpu_clock()  # monotonic: asyncio's timers' clock
         due = slept_at + step
         await asyncio.sleep(step)
         woke = time.monotonic()
