@@ -61,9 +61,10 @@ class E2EConfig:
     compiled: bool = True  # ours' core compiled, as the image builds it (else run as Python)
 
 
-# Eight rounds at 300 routes: a create there lasts about 2 s, and over four rounds the median
-# of ours / no-op still moved with the machine (1.07 to 1.45x within one run, e2e-findings.md).
-FULL = E2EConfig((300, 3000), (8, 3), (100, 300, 1000, 3000), probes=20, fast_qps=1000.0)
+# Twelve rounds at 300 routes: a create there lasts 1 to 3 s, and the median of ours / no-op
+# moved with the machine — over four rounds 1.07 to 1.45x within one run, over eight 1.27 to
+# 1.46x from one run to the next (e2e-findings.md).
+FULL = E2EConfig((300, 3000), (12, 3), (100, 300, 1000, 3000), probes=20, fast_qps=1000.0)
 QUICK = E2EConfig((40, 120), (2, 1), (25, 50, 100, 200), probes=6, fast_qps=1000.0)
 
 Log = Callable[[str], None]
