@@ -3,6 +3,7 @@
     python -m bench.route_event                        # this tree, against HEAD, N = 100…3,000
     python -m bench.route_event --baseline /some/tree  # against another tree holding webhook/
     python -m bench.route_event --baseline none        # this tree only
+    python -m bench.route_event --cold                 # each event after the caches are evicted
 
 The e2e bench's shape without a cluster: one Gateway with a RetryPolicy, N HTTPRoutes on it,
 all sending to one Service, held in a store with the summary cache subscribed (as the webhook
@@ -13,12 +14,17 @@ three steps, as the webhook pays them per route event:
   it affects, the cache dropping those entries);
 - `service`: the Service's value again (`SummaryCache.get`, what the leader's reconciler asks);
 - `route`: the route's own value (`SummaryCache.get`).
+With `--cold`, the processor's caches are evicted before each route event (a buffer twice the
+size of the last-level cache is written): on one machine with the API server, etcd and kubectl,
+as in `make bench-e2e`, the webhook meets each route event after they ran, with little of its
+own memory left in the caches; hot, these steps cost a fraction of what they cost there
+(bench/e2e-findings.md).
 Each size runs in a fresh process per tree, trees alternating, rounds repeated; figures are
 medians over every write of every round (CPU time of this process: a neighbour's burst on this
 shared machine does not count), and the growth exponent is fitted over N (log-log least
 squares). The baseline's code comes from `git archive` of a revision (nothing in the repository
 is written) or from a folder; the tree measured is copied aside first (`bench.snapshot`).
-Writes `bench/out/route_event.json`.
+Writes `bench/out/route_event.json` (`route_event_cold.json` with `--cold`).
 """
 
 from __future__ import annotations
@@ -41,6 +47,32 @@ from bench import snapshot
 SIZES = (100, 300, 1000, 3000)
 STEPS = ("write", "service", "route")
 GW = "gateway.networking.k8s.io"
+LAST_LEVEL_CACHE = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024  # where the system does not say
+
+
+def cache_bytes(size: str) -> int:
+    """A cache size as sysfs spells it (`32768K`, `1M`, `512`) in bytes."""
+    text = size.strip().upper()
+    scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1:], 1)
+    return int(text.rstrip("KM")) * scale
+
+
+def evictor() -> Callable[[], None]:
+    """What writes a buffer twice the last-level cache, so that the next step finds none of
+    its memory cached: the webhook's lot on the benchmark's machine, between two route events."""
+    try:
+        size = 2 * cache_bytes(LAST_LEVEL_CACHE.read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        size = 2 * DEFAULT_CACHE_BYTES
+    buffer = bytearray(size)
+    fills = [b"\x01" * size, bytes(size)]  # made once: each eviction is a copy, no allocation
+
+    def evict() -> None:
+        fills.reverse()
+        buffer[:] = fills[0]
+
+    return evict
 
 
 # --- one size, in the process of one tree -------------------------------------------------------
@@ -117,8 +149,9 @@ def _route(i: int) -> dict[str, Any]:
     }
 
 
-def measure(n: int, writes: int) -> dict[str, Any]:
-    """One size in this process: the medians of `writes` route events beside `n` routes."""
+def measure(n: int, writes: int, *, cold: bool = False) -> dict[str, Any]:
+    """One size in this process: the medians of `writes` route events beside `n` routes;
+    `cold`: each after the caches were evicted."""
     from webhook.core.annotation import summary
     from webhook.core.annotation.cache import SummaryCache
     from webhook.core.model.refs import ObjectKey
@@ -143,9 +176,12 @@ def measure(n: int, writes: int) -> dict[str, Any]:
     gc.freeze()  # as the webhook settles its heap once synced: collections skip the state
     timings: dict[str, list[float]] = {step: [] for step in STEPS}
     clock = time.process_time
+    evict = evictor() if cold else None
     for i in range(n + 1, n + 1 + writes):
         doc = _route(i)
         key = ObjectKey(GW, "HTTPRoute", "apps", doc["metadata"]["name"])
+        if evict is not None:
+            evict()
         started = clock()
         store.upsert(doc)
         wrote = clock()
@@ -174,9 +210,10 @@ def measure(n: int, writes: int) -> dict[str, Any]:
 # --- the comparison ----------------------------------------------------------------------------
 
 
-def _run(folder: Path, n: int, writes: int) -> dict[str, Any]:
+def _run(folder: Path, n: int, writes: int, cold: bool) -> dict[str, Any]:
+    command = ["-m", "bench.route_event", "--one", str(n), "--writes", str(writes)]
     done = subprocess.run(
-        [sys.executable, "-m", "bench.route_event", "--one", str(n), "--writes", str(writes)],
+        [sys.executable, *command, *(["--cold"] if cold else [])],
         cwd=folder,
         env={**snapshot.env(), "PYTHONPATH": str(folder), "BENCH_CODE_ROOT": str(folder)},
         stdout=subprocess.PIPE,
@@ -203,6 +240,8 @@ def compare(
     writes: int,
     rounds: int,
     log: Callable[[str], None],
+    *,
+    cold: bool = False,
 ) -> dict[str, Any]:
     raw: dict[str, dict[int, list[dict[str, Any]]]] = {
         name: {n: [] for n in sizes} for name in trees
@@ -211,14 +250,20 @@ def compare(
     for r in range(rounds):
         for n in sizes:
             for name in names if r % 2 == 0 else names[::-1]:  # alternating: drift hits both
-                result = _run(trees[name], n, writes)
+                result = _run(trees[name], n, writes, cold)
                 raw[name][n].append(result)
                 log(
                     f"  round {r + 1} {name:>8} N={n:>5}: "
                     + ", ".join(f"{s} {statistics.median(result[f'{s}_ms']):.2f} ms" for s in STEPS)
                     + ("" if result["consistent"] else "  INCONSISTENT")
                 )
-    out: dict[str, Any] = {"sizes": list(sizes), "writes": writes, "rounds": rounds, "trees": {}}
+    out: dict[str, Any] = {
+        "sizes": list(sizes),
+        "writes": writes,
+        "rounds": rounds,
+        "cold": cold,
+        "trees": {},
+    }
     for name in names:
         medians: dict[str, dict[int, float]] = {}
         for step in [*STEPS, "event"]:
@@ -269,11 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--writes", type=int, default=5, help="route events per process")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cold", action="store_true", help="evict the caches before each event")
     parser.add_argument("--out", type=Path, default=snapshot.REPO / "bench" / "out")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size, this process
     args = parser.parse_args(argv)
     if args.one is not None:
-        print(json.dumps(measure(args.one, args.writes)))
+        print(json.dumps(measure(args.one, args.writes, cold=args.cold)))
         return 0
     sizes = tuple(int(n) for n in args.sizes.split(","))
 
@@ -282,17 +328,17 @@ def main(argv: list[str] | None = None) -> int:
 
     with snapshot.code_tree(str(snapshot.REPO), "bench-route-event-") as now:
         if args.baseline == "none":
-            result = compare({"this tree": now}, sizes, args.writes, args.rounds, log)
+            trees = {"this tree": now}
+            result = compare(trees, sizes, args.writes, args.rounds, log, cold=args.cold)
         else:
             with snapshot.code_tree(args.baseline, "bench-route-event-") as base:
                 trees = {"baseline": base, "this tree": now}
-                result = compare(trees, sizes, args.writes, args.rounds, log)
+                result = compare(trees, sizes, args.writes, args.rounds, log, cold=args.cold)
             result["baseline"] = args.baseline
     _report(result, log)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "route_event.json").write_text(
-        json.dumps(result, indent=1) + "\n", encoding="utf-8"
-    )
+    name = "route_event_cold.json" if args.cold else "route_event.json"
+    (args.out / name).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
