@@ -42,7 +42,7 @@ def test_the_evictor_writes_twice_the_last_level_cache_alternating_its_contents(
     evict()
     evict()
     assert [len(fill) for fill in written] == [128 * 1024, 128 * 1024]
-    assert written[0] != written[1]  # a write of what is already there may not reach memory
+    assert written[0] != written[1]  # each eviction rewrites every byte of the buffer
 
 
 def test_without_a_size_the_evictor_falls_back_to_twice_the_default(
@@ -54,11 +54,17 @@ def test_without_a_size_the_evictor_falls_back_to_twice_the_default(
     assert [len(fill) for fill in written] == [8192]
 
 
-def test_a_cold_measure_times_every_step_and_keeps_the_service_value_right(
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_cold_measure_evicts_before_each_event_times_every_step_and_keeps_the_value_right(
+    monkeypatch: pytest.MonkeyPatch, written: list[bytes]
 ) -> None:
     monkeypatch.setattr(route_event, "DEFAULT_CACHE_BYTES", 1 << 20)
     monkeypatch.setattr(route_event, "LAST_LEVEL_CACHE", Path("/nonexistent/size"))
     result = route_event.measure(20, 3, cold=True)
+    assert len(written) == 3  # one eviction per route event
     assert all(len(result[f"{step}_ms"]) == 3 for step in route_event.STEPS)
     assert result["consistent"] is True
+
+
+def test_a_hot_measure_evicts_nothing(written: list[bytes]) -> None:
+    route_event.measure(20, 2)
+    assert written == []
