@@ -15,6 +15,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
+from webhook.core.model import json_read
 from webhook.core.rules.findings import MAX_LINE, Finding, Verdict, one_line
 from webhook.core.rules.ruletable import PREVIEW_RULES, RULES_BY_ID
 
@@ -145,52 +146,15 @@ def decode_review(body: bytes) -> Request:
 
 
 def _loads(body: bytes) -> Any:
-    """`json.loads` of the body, computed by orjson wherever both give the same answer.
-
-    orjson is faster on our reviews (docs/performance.md, Choices). Where the two differ, json
-    decides:
-    orjson refuses what json accepts in a few corners (a lone surrogate, a UTF-8 byte order
-    mark, UTF-16 or UTF-32, a number past a double's range), and those bodies are read again
-    by json; bodies where orjson would give another answer never reach it (`_orjson_agrees`).
-    So the value, and every error message, is json's.
-    """
-    if _orjson_agrees(body):
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass  # json decides: its value, or its error message
+    """The body as `json.loads` reads it (`json_read`: by orjson where the two agree), or a
+    400's message: `json`'s error, whichever library read it."""
     try:
-        return json.loads(body, parse_constant=_not_json)
+        return json_read.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedReview(f"body is not JSON: {exc}") from None
     except RecursionError:
         # Python's parser recurses once per level; the API server never nests ~1000 deep.
         raise MalformedReview("body is not JSON we can read: nested too deeply") from None
-
-
-# json reads about 990 levels of nesting, less the caller's stack depth, then gives up
-# (RecursionError: a 400); orjson reads 1024. A body with fewer brackets than this nests less
-# deep than json reads from any stack under ~190 frames.
-_MAX_BRACKETS = 800
-# orjson reads an integer outside [-2**63, 2**64) as a float, json as an exact int; such an
-# integer has at least 19 digits.
-_LONG_RUN = b"0" * 19
-_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
-
-
-def _orjson_agrees(body: bytes) -> bool:
-    """False for a body that may nest too deep for json or hold an integer over 64 bits.
-
-    Counted in about a microsecond per kilobyte (`count`, `translate` and `in` run in C; a
-    regex takes ten): the price of never reading such a body differently from json.
-    """
-    return body.count(b"[") + body.count(b"{") < _MAX_BRACKETS and _LONG_RUN not in body.translate(
-        _DIGITS_AS_ZEROS
-    )
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON (RFC 8259 has no NaN or Infinity)")
 
 
 def _short(value: object, limit: int = 64) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import random
@@ -23,7 +22,7 @@ from typing import Any, TypeVar
 import aiohttp
 from kubernetes_asyncio import client
 
-from webhook.core.model import kinds, meta
+from webhook.core.model import json_read, kinds, meta
 from webhook.core.model.refs import CORE_GROUP, GATEWAY_GROUP, GroupKind, key_of
 from webhook.core.state.parts import SharedParts
 from webhook.core.state.store import Store
@@ -193,7 +192,7 @@ class _Informer:
             async for line in response.content:  # one JSON event per line
                 if line.strip():
                     await src.turns.take()
-                    self.apply(json.loads(line))
+                    self.apply(json_read.loads(line))
                     events += 1
         finally:
             self.watching = False
