@@ -3,6 +3,7 @@
     python -m bench.servers webhook --cert-dir D --scale 0.1 --seed 1
     python -m bench.servers noop --cert-dir D
     python -m bench.servers noop --cert-dir D --annotate FILE --watch KUBECONFIG PATH
+    python -m bench.servers noop ... --mutate-cpu-ms 0.45 --event-cpu-ms 0.6   # a burdened floor
 
 `webhook` is the product as `policy-webhook serve` wires it (`build_app` behind `HttpsServer`,
 JSON decision logs at INFO, the collector tuned and the heap settled once the state is loaded:
@@ -16,7 +17,9 @@ resourceVersion, every event read and decoded, as the smallest informer would. O
 the floor reads FILE again and patches that annotation onto every route its watch has seen,
 as a reconciler would after a policy edit, within ours' default limits (`--reconcile-qps`,
 `--reconcile-burst`, `--reconcile-workers`): the floor of a fan-out, each patch coming back
-through its /mutate as ours' patches come back through ours.
+through its /mutate as ours' patches come back through ours. `--mutate-cpu-ms`,
+`--mutate-wait-ms` and `--event-cpu-ms` burden the floor with costs of ours' size and none of
+its work (`Burden`).
 Both print `READY <port>` on stdout once they accept connections (the webhook adds what it
 loaded, its collector's thresholds, how many objects its settled heap froze and which build of
 the core it runs) and stop on SIGTERM. Logs go to stderr, which the harness sends to a file.
@@ -39,6 +42,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -136,12 +140,39 @@ async def _noop(request: web.Request) -> web.Response:
     )
 
 
-class _Floor:
-    """What the floor annotates (FILE: key, newline, value; read again before a fan-out) and
-    the routes its watch has seen."""
+@dataclass(frozen=True, slots=True)
+class Burden:
+    """Costs put on the floor, in seconds, to see what a webhook of ours' costs but none of its
+    work would make a bulk create cost (bench/e2e-findings.md): if such a floor is as slow as
+    ours, ours loses nothing besides what it spends.
 
-    def __init__(self, file: Path) -> None:
+    - `mutate_cpu`: CPU burnt in each /mutate before it answers (ours' decision, on the path of
+      every create);
+    - `mutate_wait`: a wait in each /mutate before it answers, the CPU idle (`asyncio.sleep`:
+      the loop's timers round it up to about a millisecond);
+    - `event_cpu`: CPU burnt on the loop after each ADDED or MODIFIED watch event (ours' work
+      per event: its store, its cache, its reconciler).
+    """
+
+    mutate_cpu: float = 0.0
+    mutate_wait: float = 0.0
+    event_cpu: float = 0.0
+
+
+def burn(seconds: float) -> None:
+    """Keep the processor busy for `seconds` of wall time (a spin: no sleep, no system call)."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+class _Floor:
+    """What the floor annotates (FILE: key, newline, value; read again before a fan-out), the
+    routes its watch has seen and the burden it carries."""
+
+    def __init__(self, file: Path, burden: Burden = Burden()) -> None:
         self.file = file
+        self.burden = burden
         self.names: set[str] = set()
         self.key = self.value = ""
         self.read()
@@ -149,11 +180,23 @@ class _Floor:
     def read(self) -> None:
         self.key, _, self.value = self.file.read_text(encoding="utf-8").partition("\n")
 
+    def heard(self, kind: str, name: str) -> None:
+        """One watch event of a route: its name kept or forgotten, and the event's burden."""
+        if kind == "DELETED":
+            self.names.discard(name)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.names.add(name)
+            burn(self.burden.event_cpu)
+
 
 def _annotating(floor: _Floor) -> Callable[[web.Request], Any]:
     """The floor's /mutate: the annotation added to an object that lacks it, else nothing."""
 
     async def annotate(request: web.Request) -> web.Response:
+        burden = floor.burden
+        if request.path == "/mutate" and (burden.mutate_cpu or burden.mutate_wait):
+            burn(burden.mutate_cpu)
+            await asyncio.sleep(burden.mutate_wait)
         review = json.loads(await request.read())
         req = review["request"]
         response: dict[str, Any] = {"uid": req["uid"], "allowed": True}
@@ -230,10 +273,7 @@ async def _watch(kubeconfig: Path, path: str, floor: _Floor | None) -> None:
                     version = obj["metadata"]["resourceVersion"]
                     if floor is None or kind == "BOOKMARK":
                         continue
-                    if kind == "DELETED":
-                        floor.names.discard(obj["metadata"]["name"])
-                    else:
-                        floor.names.add(obj["metadata"]["name"])
+                    floor.heard(kind, obj["metadata"]["name"])
 
 
 async def _fan_out(kubeconfig: Path, path: str, floor: _Floor) -> None:
@@ -271,7 +311,8 @@ async def _fan_out(kubeconfig: Path, path: str, floor: _Floor) -> None:
 
 async def _run_noop(args: argparse.Namespace) -> None:
     app = web.Application(client_max_size=7 * 1024 * 1024)
-    floor = _Floor(Path(args.annotate)) if args.annotate else None
+    burden = Burden(args.mutate_cpu_ms / 1000, args.mutate_wait_ms / 1000, args.event_cpu_ms / 1000)
+    floor = _Floor(Path(args.annotate), burden) if args.annotate else None
     if floor is not None:
         app.router.add_post("/{tail:.*}", _annotating(floor))
     else:
@@ -318,6 +359,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--annotate", metavar="FILE", help="noop: annotation key, newline, value")
+    for name, what in (
+        ("--mutate-cpu-ms", "floor: CPU burnt in each /mutate before it answers"),
+        ("--mutate-wait-ms", "floor: a wait in each /mutate before it answers, CPU idle"),
+        ("--event-cpu-ms", "floor: CPU burnt after each ADDED or MODIFIED watch event"),
+    ):
+        parser.add_argument(name, type=float, default=0.0, metavar="MS", help=what)
     parser.add_argument("--watch", nargs=2, metavar=("KUBECONFIG", "PATH"), help="noop: watch")
     args = parser.parse_args(argv)
     setup_logging("INFO", json=True, stream=sys.stderr)
