@@ -160,9 +160,10 @@ class Burden:
 
 
 def burn(seconds: float) -> None:
-    """Keep the processor busy for `seconds` of wall time (a spin: no sleep, no system call)."""
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
+    """Spin until this thread has spent `seconds` of CPU: the cost of work, which a neighbour
+    on the same core stretches in wall time as it would stretch ours' work."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
         pass
 
 

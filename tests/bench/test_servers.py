@@ -120,7 +120,8 @@ def test_a_burdened_floor_answers_mutate_after_its_burden_burning_cpu_only_when_
     assert answer["response"]["patchType"] == "JSONPatch"  # still the floor's answer
     assert seconds >= 0.3
     if option == "--mutate-cpu-ms":
-        assert spent >= 0.25  # the 300 ms on the processor (clock ticks of 10 ms)
+        # 300 ms of its CPU clock burnt; /proc counts in sampled clock ticks of 10 ms
+        assert spent >= 0.25
     else:
         assert spent < 0.15  # waited, not spun
 
@@ -135,6 +136,6 @@ def test_the_floor_burns_its_event_burden_for_added_and_modified_routes_only(
         started = time.process_time()
         floor.heard(kind, "r")
         spent[kind] = time.process_time() - started
-    assert spent["ADDED"] >= 0.045 and spent["MODIFIED"] >= 0.045
+    assert spent["ADDED"] >= 0.05 and spent["MODIFIED"] >= 0.05
     assert spent["DELETED"] < 0.02 and spent["BOOKMARK"] < 0.02
     assert floor.names == set()  # added, then deleted; a bookmark names nothing

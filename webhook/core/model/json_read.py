@@ -1,14 +1,14 @@
 """JSON read exactly as Python's `json` reads it, by orjson wherever the two agree.
 
-Reviews, watch events and the API server's answers are all JSON, and reading them is a fixed
-cost of every admission call and every watch event. orjson reads them faster than `json`
-(docs/performance.md, Choices), with the processor's caches cold as well (bench/e2e-findings.md),
-but not always to the same value: it reads an integer outside [-2**63, 2**64) as a float where `json` keeps it
-exact, nests 1024 levels where `json` gives up near 990 less the caller's stack, and refuses a
-few texts `json` accepts (a lone surrogate, a UTF-8 byte order mark, UTF-16 or UTF-32, a number
-past a double's range). So `loads` gives orjson only bodies where both answer alike, reads the
-rest with `json`, and any error is `json`'s. The grammar is RFC 8259's: NaN and Infinity,
-which `json` would accept, are refused (no API server writes them; Go's encoder cannot).
+Reading JSON is a fixed cost of every admission call (its review) and of every watch event (its
+line). orjson reads both faster than `json` (docs/performance.md, Choices), with the processor's
+caches cold as well (bench/e2e-findings.md), but not always to the same value: it reads an
+integer outside [-2**63, 2**64) as a float where `json` keeps it exact, nests 1024 levels where
+`json` gives up near 990 less the caller's stack, and refuses a few texts `json` accepts (a lone
+surrogate, a UTF-8 byte order mark, UTF-16 or UTF-32, a number past a double's range). So
+`loads` gives orjson only bodies where both answer alike, reads the rest with `json`, and any
+error is `json`'s. The grammar is RFC 8259's: NaN and Infinity, which `json` would accept, are
+refused (no API server writes them; Go's encoder cannot).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def loads(body: bytes) -> Any:
     Raises what `json.loads` raises: ValueError (UnicodeDecodeError among them) for a body
     that is not JSON, RecursionError for one nested deeper than `json` reads.
     """
-    if orjson_agrees(body):
+    if _orjson_agrees(body):
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -42,7 +42,7 @@ def loads(body: bytes) -> Any:
     return json.loads(body, parse_constant=_not_json)
 
 
-def orjson_agrees(body: bytes) -> bool:
+def _orjson_agrees(body: bytes) -> bool:
     """False for a body that may nest too deep for json or hold an integer over 64 bits.
 
     Counted in about a microsecond per kilobyte (`count`, `translate` and `in` run in C; a
