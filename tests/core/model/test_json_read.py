@@ -4,7 +4,7 @@ Reference: `json.loads(body, parse_constant=refuse)` (RFC 8259 has no NaN or Inf
 reads most bodies, and wherever it would answer otherwise — an integer over 64 bits, nesting
 json cannot read, what it refuses and json accepts — json reads them; these tests hold the two
 equal on any JSON text, on any bytes and on each of those corners, so that the library under
-`loads` is a speed, never a difference a review, a watch event or an API answer could see.
+`loads` is a speed, never a difference a review or a watch event could see.
 """
 
 from __future__ import annotations
