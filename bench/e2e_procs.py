@@ -170,6 +170,8 @@ class Noop:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()  # the pipe `start` read `READY` from
 
 
 def py_spy() -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
 import ssl
 import subprocess
@@ -20,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 
-from bench import servers, snapshot
+from bench import e2e_procs, e2e_world, servers, snapshot
 from webhook.shell.https.tls import self_signed
 from webhook.shell.process import heap
 
@@ -58,32 +56,21 @@ def test_the_webhook_server_tunes_its_collector_and_settles_its_heap(tmp_path: P
 # --- the floor's burden (bench/e2e-findings.md: a floor with costs of ours' size) --------------
 
 
-def _floor(tmp_path: Path, *burden: str) -> subprocess.Popen[str]:
+def _burdened_floor(tmp_path: Path, *burden: str) -> e2e_procs.Noop:
+    """The floor as the end-to-end harness starts it (its certificates, `READY`), burdened."""
     (tmp_path / "annotation.txt").write_text("example.com/a\nvalue", encoding="utf-8")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
-    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
-    command = [sys.executable, "-m", "bench.servers", "noop", "--cert-dir", str(tmp_path)]
-    return subprocess.Popen(
-        [*command, "--annotate", str(tmp_path / "annotation.txt"), *burden],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=snapshot.code_root(),
-        env=snapshot.env(),
-    )
+    return e2e_procs.Noop(tmp_path, ["--annotate", str(tmp_path / "annotation.txt"), *burden])
 
 
-def _mutate(tmp_path: Path, port: int) -> tuple[float, dict[str, Any]]:
+def _mutate(endpoint: e2e_world.Endpoint) -> tuple[float, dict[str, Any]]:
     """Seconds one /mutate of a route took, and the review that answered it."""
     review = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {"uid": "u1", "object": {"metadata": {"name": "r"}}},
     }
-    context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    context = ssl.create_default_context(cafile=str(endpoint.ca_file))
+    port = int(endpoint.url.rsplit(":", 1)[1])
     connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
     try:
         connection.connect()
@@ -97,31 +84,23 @@ def _mutate(tmp_path: Path, port: int) -> tuple[float, dict[str, Any]]:
         connection.close()
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.mark.parametrize("option", ["--mutate-cpu-ms", "--mutate-wait-ms"])
 def test_a_burdened_floor_answers_mutate_after_its_burden_burning_cpu_only_when_told(
     tmp_path: Path, option: str
 ) -> None:
-    with _floor(tmp_path, option, "300") as floor:
-        try:
-            assert floor.stdout is not None
-            line = floor.stdout.readline()
-            assert line.startswith("READY "), f"the floor did not start: {line!r}"
-            before = _cpu_seconds(floor.pid)
-            seconds, answer = _mutate(tmp_path, int(line.split()[1]))
-            spent = _cpu_seconds(floor.pid) - before
-        finally:
-            floor.send_signal(signal.SIGTERM)
-            floor.wait(timeout=30)
+    floor = _burdened_floor(tmp_path, option, "300")
+    floor.start()
+    try:
+        assert floor.pid is not None
+        before = e2e_procs.thread_cpu_seconds(floor.pid)
+        seconds, answer = _mutate(floor.endpoint)
+        spent = e2e_procs.thread_cpu_seconds(floor.pid) - before
+    finally:
+        floor.stop()
     assert answer["response"]["patchType"] == "JSONPatch"  # still the floor's answer
     assert seconds >= 0.3
     if option == "--mutate-cpu-ms":
-        # 300 ms of its CPU clock burnt; /proc counts in sampled clock ticks of 10 ms
-        assert spent >= 0.25
+        assert spent >= 0.3  # burnt on the processor: its threads' CPU clock
     else:
         assert spent < 0.15  # waited, not spun
 

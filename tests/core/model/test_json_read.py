@@ -129,7 +129,7 @@ def test_nan_and_infinity_are_refused_though_json_alone_would_read_them() -> Non
         json_read.loads(b"[NaN]")
 
 
-def test_a_watch_event_with_a_huge_integer_keeps_it_exact() -> None:
+def test_a_watch_line_with_a_huge_integer_keeps_it_exact() -> None:
     line = b'{"type":"ADDED","object":{"spec":{"maxRetries":18446744073709551616}}}\n'
     event = json_read.loads(line)
     assert event["object"]["spec"]["maxRetries"] == 2**64
